@@ -1,0 +1,8 @@
+//! testbed guest agent library.
+//!
+//! Holds the host<->guest protocol types (shared with the orchestrator), the
+//! workload parameter types a spec deserialises into, and the workloads
+//! themselves, each as a plain library API that runs on the host too.
+
+pub mod protocol;
+pub mod workload;
