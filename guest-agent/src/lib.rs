@@ -4,5 +4,6 @@
 //! workload parameter types a spec deserialises into, and the workloads
 //! themselves, each as a plain library API that runs on the host too.
 
+pub mod agent;
 pub mod protocol;
 pub mod workload;

@@ -1,1 +1,237 @@
-fn main() {}
+//! The `testbed` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use testbed::spec::AccelChoice;
+use testbed::{doctor, executor, kernel, paths, progress, run, show};
+
+#[derive(Parser)]
+#[command(
+    name = "testbed",
+    version,
+    about = "Reproducible storage and data-systems experiments in QEMU VMs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// What this host has and lacks (QEMU, KVM by a real probe boot, kernel, disk), and how to fix each.
+    Doctor {
+        /// Skip the KVM probe boot.
+        #[arg(long)]
+        no_probe: bool,
+    },
+    /// Run an experiment spec.
+    Run {
+        spec: PathBuf,
+        /// auto (probe KVM, else TCG), kvm (fail if unusable) or tcg.
+        #[arg(long)]
+        accel: Option<AccelChoice>,
+        /// The run directory (default results/<experiment>/<run-id>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Continue an interrupted run, skipping finished points.
+        #[arg(long)]
+        resume: bool,
+        /// Stop at the first failed point.
+        #[arg(long)]
+        fail_fast: bool,
+    },
+    /// Check a spec (and its sweep) without running anything.
+    Check { spec: PathBuf },
+    /// The specs and the figures they produce.
+    List {
+        #[arg(long, default_value = "experiments")]
+        dir: PathBuf,
+    },
+    /// Summary of a run directory.
+    Show { run: PathBuf },
+    /// Kernels: fetch, build, list the cache.
+    Kernel {
+        #[command(subcommand)]
+        command: KernelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KernelCommand {
+    /// Fetch or build a kernel by descriptor name (kernel-configs/NAME.toml).
+    Build {
+        #[arg(default_value = "vm-base")]
+        name: String,
+    },
+    /// Fetch a stock kernel (same as build for a packaged kernel).
+    Fetch {
+        #[arg(default_value = "debian-cloud")]
+        name: String,
+    },
+    /// Descriptors and cached kernels.
+    List,
+    /// One kernel's cached artefact.
+    Show { name: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    install_interrupt_handler();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn install_interrupt_handler() {
+    let _ = ctrlc::set_handler(|| {
+        if executor::INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // Second Ctrl-C: stop now.
+            testbed::qemu::process::kill_all();
+            std::process::exit(130);
+        }
+        eprintln!("\n[testbed] interrupted: stopping QEMU, keeping finished points");
+        testbed::qemu::process::kill_all();
+    });
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Doctor { no_probe } => {
+            let findings = doctor::diagnose(!no_probe);
+            print!("{}", doctor::render(&findings));
+            let failed = findings.iter().any(|f| f.level == doctor::Level::Fail);
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Run {
+            spec,
+            accel,
+            out,
+            resume,
+            fail_fast,
+        } => {
+            let opts = run::RunOptions {
+                accel,
+                out,
+                resume,
+                fail_fast,
+                results_root: None,
+            };
+            let mut progress = progress::for_terminal();
+            let result = run::run(&spec, &opts, progress.as_mut());
+            drop(progress);
+            match result {
+                Ok(r) => {
+                    print!("{}", show::show_run(&r.dir).map_err(anyhow::Error::msg)?);
+                    println!("results in {}", r.dir.display());
+                    let all_ok = r.manifest.points.iter().all(|p| p.ok);
+                    Ok(if all_ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(3)
+                    })
+                }
+                Err(run::RunError::Interrupted(dir)) => {
+                    eprintln!(
+                        "interrupted; finished points are kept. Continue with: testbed run {} --resume --out {dir}",
+                        spec.display()
+                    );
+                    Ok(ExitCode::from(130))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        Command::Check { spec } => {
+            let (loaded, plan) = run::check_spec(&spec)?;
+            println!(
+                "{}: ok — experiment {}, {} points ({} sweep combinations × {} repetitions), executor {:?}",
+                spec.display(),
+                loaded.spec.experiment.name,
+                plan.points.len(),
+                plan.points.len() / loaded.spec.experiment.repetitions as usize,
+                loaded.spec.experiment.repetitions,
+                loaded.spec.experiment.executor
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { dir } => {
+            let dir = if dir.is_relative() && !dir.exists() {
+                paths::repo_root().join(&dir)
+            } else {
+                dir
+            };
+            print!("{}", show::list_specs(&dir));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { run } => {
+            print!("{}", show::show_run(&run).map_err(anyhow::Error::msg)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Kernel { command } => kernel_command(command),
+    }
+}
+
+fn kernel_command(command: KernelCommand) -> Result<ExitCode> {
+    let configs = paths::kernel_configs();
+    let cache = paths::cache_root();
+    let say = |s: &str| eprintln!("[testbed] kernel: {s}");
+    match command {
+        KernelCommand::Build { name } | KernelCommand::Fetch { name } => {
+            let k = kernel::resolve(&configs, &name, &cache, &say)
+                .with_context(|| format!("kernel {name}"))?;
+            println!(
+                "{} {} {}\n  bzImage {}",
+                k.name,
+                k.release,
+                k.description,
+                k.bzimage.display()
+            );
+            println!("  key {}", k.key);
+        }
+        KernelCommand::List => {
+            println!("descriptors in {}:", configs.display());
+            for d in kernel::list_descriptors(&configs)? {
+                let cached = kernel::lookup_cached(&configs, &d, &cache)?;
+                match cached {
+                    Some(k) => println!(
+                        "  {d:<16} cached: {} [{}] key {}",
+                        k.description,
+                        k.release,
+                        &k.key[..12.min(k.key.len())]
+                    ),
+                    None => println!("  {d:<16} not built"),
+                }
+            }
+        }
+        KernelCommand::Show { name } => match kernel::lookup_cached(&configs, &name, &cache)? {
+            Some(k) => {
+                println!("name        {}", k.name);
+                println!("description {}", k.description);
+                println!("release     {}", k.release);
+                println!("key         {}", k.key);
+                println!("bzImage     {}", k.bzimage.display());
+                println!("config      {}", k.config_sha256.as_deref().unwrap_or("-"));
+                println!(
+                    "patches     {}",
+                    if k.patches.is_empty() {
+                        "-".to_string()
+                    } else {
+                        k.patches.join(", ")
+                    }
+                );
+            }
+            None => anyhow::bail!("kernel {name} is not in the cache: testbed kernel build {name}"),
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -4,7 +4,9 @@
 //! Every workload is a plain library function `run(params, ctx)` so it can be
 //! tested and benchmarked on the host; the agent only dispatches to it.
 
+pub mod btree;
 pub mod fault;
+pub mod fio;
 pub mod randread;
 
 use std::collections::BTreeMap;
@@ -22,6 +24,10 @@ pub enum Workload {
     Randread(randread::RandReadParams),
     /// Deliberate failures, to exercise the host's crash/hang handling.
     Fault(fault::FaultParams),
+    /// BPF-KV style B+-tree lookups from user space (read / io-uring).
+    Btree(btree::BtreeParams),
+    /// fio from Debian, the peer check of the lookup engines.
+    Fio(fio::FioParams),
 }
 
 impl Workload {
@@ -29,6 +35,8 @@ impl Workload {
         match self {
             Workload::Randread(_) => "randread",
             Workload::Fault(_) => "fault",
+            Workload::Btree(_) => "btree",
+            Workload::Fio(_) => "fio",
         }
     }
 
@@ -38,6 +46,8 @@ impl Workload {
         match self {
             Workload::Randread(p) => p.validate(devices),
             Workload::Fault(_) => Ok(()),
+            Workload::Btree(p) => p.validate(devices),
+            Workload::Fio(p) => p.validate(devices),
         }
     }
 
@@ -46,6 +56,8 @@ impl Workload {
         match self {
             Workload::Randread(p) => vec![p.device.as_str()],
             Workload::Fault(_) => vec![],
+            Workload::Btree(p) => vec![p.device.as_str()],
+            Workload::Fio(p) => vec![p.device.as_str()],
         }
     }
 
@@ -53,6 +65,8 @@ impl Workload {
         match self {
             Workload::Randread(p) => randread::run(p, ctx),
             Workload::Fault(p) => fault::run(p, ctx),
+            Workload::Btree(p) => btree::run(p, ctx),
+            Workload::Fio(p) => fio::run(p, ctx),
         }
     }
 }

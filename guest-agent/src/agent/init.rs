@@ -1,0 +1,107 @@
+//! PID 1 duties: mount the pseudo filesystems, load the modules the host
+//! listed (in dependency order), find the control port, and power off.
+
+use std::fs::File;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::mount::{MsFlags, mount};
+
+/// Modules to load, one path per line, in the order the host computed.
+pub const MODULE_LIST: &str = "/etc/testbed/modules";
+
+pub fn mount_pseudo_filesystems() -> Vec<String> {
+    let mut problems = Vec::new();
+    let mounts: [(&str, &str, &str); 6] = [
+        ("proc", "/proc", "proc"),
+        ("sysfs", "/sys", "sysfs"),
+        ("devtmpfs", "/dev", "devtmpfs"),
+        ("tmpfs", "/tmp", "tmpfs"),
+        ("tmpfs", "/run", "tmpfs"),
+        ("debugfs", "/sys/kernel/debug", "debugfs"),
+    ];
+    for (src, target, fstype) in mounts {
+        let _ = std::fs::create_dir_all(target);
+        if let Err(e) = mount(
+            Some(src),
+            target,
+            Some(fstype),
+            MsFlags::empty(),
+            None::<&str>,
+        ) && e != nix::errno::Errno::EBUSY
+        {
+            problems.push(format!("mount {fstype} on {target}: {e}"));
+        }
+    }
+    problems
+}
+
+/// Loads every module in the list; "already loaded" is not an error.
+pub fn load_modules(list: &Path) -> Result<Vec<String>, String> {
+    let Ok(text) = std::fs::read_to_string(list) else {
+        return Ok(Vec::new());
+    };
+    let mut loaded = Vec::new();
+    for path in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let file = File::open(path).map_err(|e| format!("open module {path}: {e}"))?;
+        match nix::kmod::finit_module(&file, c"", nix::kmod::ModuleInitFlags::empty()) {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => loaded.push(path.to_string()),
+            Err(e) => return Err(format!("load module {path}: {e}")),
+        }
+    }
+    Ok(loaded)
+}
+
+/// Waits for the virtio-serial port named `name` and returns its /dev path.
+pub fn find_port(name: &str, timeout: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(entries) = std::fs::read_dir("/sys/class/virtio-ports") {
+            for e in entries.flatten() {
+                let port_name = std::fs::read_to_string(e.path().join("name")).unwrap_or_default();
+                if port_name.trim() == name {
+                    let dev = format!("/dev/{}", e.file_name().to_string_lossy());
+                    if Path::new(&dev).exists() {
+                        return Ok(dev);
+                    }
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no virtio-serial port named {name} after {timeout:?} (is virtio_console loaded?)"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The value of `key=` on the kernel command line.
+pub fn cmdline_value(cmdline: &str, key: &str) -> Option<String> {
+    cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .map(str::to_string)
+}
+
+/// Flushes disks and ends the VM. With QEMU's -no-reboot a reboot ends
+/// QEMU, which works even on kernels without ACPI power-off.
+pub fn power_off() -> ! {
+    nix::unistd::sync();
+    let _ = nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT);
+    // Unreachable in a VM; as a plain process just exit.
+    std::process::exit(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cmdline_values() {
+        let c = "console=ttyS0 testbed.nonce=abc123 panic=-1 testbed.mode=probe";
+        assert_eq!(cmdline_value(c, "testbed.nonce").as_deref(), Some("abc123"));
+        assert_eq!(cmdline_value(c, "testbed.mode").as_deref(), Some("probe"));
+        assert_eq!(cmdline_value(c, "testbed.none"), None);
+    }
+}

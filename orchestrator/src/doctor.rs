@@ -1,0 +1,267 @@
+//! `testbed doctor`: what this host has and lacks, and how to fix each.
+
+use std::path::Path;
+
+use crate::qemu::accel;
+use crate::{guestbin, image, kernel, paths};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub level: Level,
+    pub what: String,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+fn f(level: Level, what: &str, detail: impl Into<String>, fix: Option<&str>) -> Finding {
+    Finding {
+        level,
+        what: what.into(),
+        detail: detail.into(),
+        fix: fix.map(str::to_string),
+    }
+}
+
+/// Runs every check. `probe` allows the real KVM probe boot.
+pub fn diagnose(probe: bool) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let qemu = crate::qemu::qemu_binary();
+    match &qemu {
+        Some(q) => out.push(f(
+            Level::Ok,
+            "qemu",
+            crate::qemu::process::qemu_version(q).unwrap_or_else(|| q.display().to_string()),
+            None,
+        )),
+        None => out.push(f(
+            Level::Fail,
+            "qemu",
+            "qemu-system-x86_64 not found",
+            Some("./x setup (apt-get install qemu-system-x86)"),
+        )),
+    }
+    match paths::busybox() {
+        Some(b) => out.push(f(Level::Ok, "busybox", b.display().to_string(), None)),
+        None => out.push(f(
+            Level::Warn,
+            "busybox",
+            "busybox-static not installed: guests get no shell",
+            Some("apt-get install busybox-static"),
+        )),
+    }
+    // KVM, step by step, as the run decides it.
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let dev = accel::dev_kvm_opens(Path::new("/dev/kvm"));
+    let flags = accel::cpu_has_virt_flags(&cpuinfo);
+    out.push(match &dev {
+        Ok(()) => f(Level::Ok, "/dev/kvm", "opens read-write", None),
+        Err(e) => f(
+            Level::Warn,
+            "/dev/kvm",
+            e.clone(),
+            Some("load kvm_intel/kvm_amd and add yourself to group kvm, or use TCG"),
+        ),
+    });
+    out.push(match &flags {
+        Ok(()) => f(Level::Ok, "cpu virtualisation", "vmx/svm present", None),
+        Err(e) => f(
+            Level::Warn,
+            "cpu virtualisation",
+            e.clone(),
+            Some("enable VT-x/AMD-V (or nested virtualisation) to use KVM"),
+        ),
+    });
+    let cache = paths::cache_root();
+    let kernel = kernel::lookup_cached(&paths::kernel_configs(), "debian-cloud", &cache)
+        .ok()
+        .flatten();
+    match &kernel {
+        Some(k) => out.push(f(
+            Level::Ok,
+            "kernel debian-cloud",
+            format!(
+                "{} (cached, key {})",
+                k.description,
+                &k.key[..12.min(k.key.len())]
+            ),
+            None,
+        )),
+        None => out.push(f(
+            Level::Warn,
+            "kernel debian-cloud",
+            "not fetched yet (the first run fetches it)",
+            Some("testbed kernel fetch debian-cloud"),
+        )),
+    }
+    let mut probe_result = None;
+    if dev.is_ok()
+        && probe
+        && let (Some(q), Some(k)) = (&qemu, &kernel)
+    {
+        probe_result = Some(run_probe(q, k, &cache));
+    }
+    let decision = accel::decide(
+        crate::spec::AccelChoice::Auto,
+        Path::new("/dev/kvm"),
+        &cpuinfo,
+        &mut || {
+            probe_result.clone().unwrap_or(accel::ProbeResult {
+                ok: false,
+                elapsed_ms: 0,
+                detail: "probe not run (needs qemu, the debian-cloud kernel and --probe)".into(),
+            })
+        },
+    );
+    if let Some(p) = &probe_result {
+        out.push(f(
+            if p.ok { Level::Ok } else { Level::Warn },
+            "kvm probe boot",
+            format!("{} after {} ms", p.detail, p.elapsed_ms),
+            (!p.ok).then_some("KVM is unusable on this host: runs use TCG"),
+        ));
+    }
+    match decision {
+        Ok(d) => out.push(f(
+            if d.used == crate::qemu::argv::Accel::Kvm {
+                Level::Ok
+            } else {
+                Level::Warn
+            },
+            "accelerator",
+            format!(
+                "{} in use: {}. {}",
+                d.used,
+                d.reasons.join("; "),
+                d.timing_note()
+            ),
+            None,
+        )),
+        Err(e) => out.push(f(Level::Fail, "accelerator", e.to_string(), None)),
+    }
+    for (tool, pkg, why) in [
+        ("clang", "clang", "BPF programs"),
+        ("bpftool", "bpftool", "vmlinux.h for BPF programs"),
+        ("fio", "fio", "the fio peer check"),
+        ("cpio", "cpio", "tests of the initramfs format"),
+    ] {
+        match image::libs::find_program(tool) {
+            Some(p) => out.push(f(Level::Ok, tool, p.display().to_string(), None)),
+            None => out.push(f(
+                Level::Warn,
+                tool,
+                format!("missing ({why})"),
+                Some(&format!("apt-get install {pkg}")),
+            )),
+        }
+    }
+    for (label, dir) in [
+        ("disk (results)", paths::repo_root().join("results")),
+        ("disk (cache)", cache.clone()),
+    ] {
+        let probe_dir = if dir.exists() {
+            dir.clone()
+        } else {
+            dir.parent().map(Path::to_path_buf).unwrap_or(dir.clone())
+        };
+        match nix::sys::statvfs::statvfs(&probe_dir) {
+            Ok(s) => {
+                let free = s.blocks_available() as u64 * s.fragment_size() as u64;
+                let gib = free as f64 / (1u64 << 30) as f64;
+                let level = if gib < 5.0 { Level::Warn } else { Level::Ok };
+                out.push(f(
+                    level,
+                    label,
+                    format!("{gib:.1} GiB free at {}", probe_dir.display()),
+                    (gib < 5.0).then_some("free space: a kernel build needs ~3 GiB"),
+                ));
+            }
+            Err(e) => out.push(f(
+                Level::Warn,
+                label,
+                format!("{}: {e}", probe_dir.display()),
+                None,
+            )),
+        }
+    }
+    out
+}
+
+fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::ProbeResult {
+    let repo = paths::repo_root();
+    let agent = match guestbin::ensure(&repo, guestbin::AGENT, &mut |_| {}) {
+        Ok(a) => a,
+        Err(e) => {
+            return accel::ProbeResult {
+                ok: false,
+                elapsed_ms: 0,
+                detail: format!("no agent: {e}"),
+            };
+        }
+    };
+    let modules = k
+        .module_load_order(&k.default_modules())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| image::ModuleInput {
+            name: m.name,
+            path: m.path,
+        })
+        .collect();
+    let img = match image::build_initramfs(
+        &image::InitramfsInputs {
+            agent,
+            busybox: paths::busybox(),
+            kernel_release: k.release.clone(),
+            modules,
+            include: vec![],
+            files: vec![],
+        },
+        cache,
+    ) {
+        Ok(i) => i,
+        Err(e) => {
+            return accel::ProbeResult {
+                ok: false,
+                elapsed_ms: 0,
+                detail: format!("no initramfs: {e}"),
+            };
+        }
+    };
+    let config = crate::qemu::argv::VmConfig {
+        qemu: qemu.to_path_buf(),
+        accel: crate::qemu::argv::Accel::Kvm,
+        vcpus: 1,
+        memory_mib: 512,
+        kernel: k.bzimage.clone(),
+        initrd: img.path,
+        append: String::new(),
+        console_log: Default::default(),
+        agent_socket: Default::default(),
+        devices: vec![],
+        nics: vec![],
+    };
+    crate::run::probe_boot(&config, accel::PROBE_TIMEOUT)
+}
+
+pub fn render(findings: &[Finding]) -> String {
+    let mut s = String::new();
+    for x in findings {
+        let tag = match x.level {
+            Level::Ok => "ok  ",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        s.push_str(&format!("[{tag}] {:<20} {}\n", x.what, x.detail));
+        if let Some(fix) = &x.fix {
+            s.push_str(&format!("       {:<20} fix: {fix}\n", ""));
+        }
+    }
+    s
+}

@@ -1,0 +1,135 @@
+//! The `host` executor: the agent as a plain child process on this machine,
+//! speaking the protocol over its stdin/stdout. For workloads that need no
+//! special kernel (Flight on loopback, library-level checks).
+
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testbed_agent::protocol::DeviceRef;
+
+use super::session::{Fatal, Session};
+use super::{BootError, BootRecord, Executor, OnPoint, PointOutcome};
+use crate::plan::Point;
+use crate::progress::Event;
+use crate::qemu::channel::Channel;
+use crate::spec::Timeouts;
+
+pub struct HostExecutor {
+    pub agent: PathBuf,
+    /// Devices with `path` set to their backing files.
+    pub devices: BTreeMap<String, DeviceRef>,
+    pub timeouts: Timeouts,
+    /// Extra environment for the agent (e.g. where helper binaries are).
+    pub env: Vec<(String, String)>,
+}
+
+impl Executor for HostExecutor {
+    fn run_boot(
+        &mut self,
+        index: u32,
+        points: &[Point],
+        on_point: &mut OnPoint<'_>,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(BootRecord, usize), BootError> {
+        let nonce = super::qemu::random_hex(8);
+        let argv = vec![
+            self.agent.to_string_lossy().into_owned(),
+            "--stdio".to_string(),
+        ];
+        events(Event::BootStarted {
+            index,
+            accel: "host".into(),
+        });
+        let started = Instant::now();
+        let mut child = Command::new(&self.agent)
+            .arg("--stdio")
+            .env("TESTBED_NONCE", &nonce)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| BootError::Failed(format!("start agent {}: {e}", self.agent.display())))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(BootError::Failed("agent has no stdio pipes".into()));
+        };
+        let channel = Channel::from_parts(BufReader::new(stdout), Box::new(stdin));
+        let child_cell = std::cell::RefCell::new(&mut child);
+        let mut session = Session {
+            channel,
+            is_dead: Box::new(|| {
+                let status = child_cell.borrow_mut().try_wait().ok()??;
+                Some(format!("agent process exited ({status})"))
+            }),
+            heartbeat_timeout: self.timeouts.heartbeat.0,
+        };
+        let mut record = BootRecord {
+            index,
+            hello: None,
+            ready_ms: None,
+            points: Vec::new(),
+            ended: String::new(),
+            argv,
+        };
+        let hello = match session.handshake(&nonce, self.timeouts.boot.0) {
+            Ok(h) => h,
+            Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
+            Err(e) => return Err(BootError::Failed(format!("agent did not start: {e}"))),
+        };
+        let ready_ms = started.elapsed().as_millis() as u64;
+        record.ready_ms = Some(ready_ms);
+        events(Event::BootReady {
+            index,
+            ready_ms,
+            uname: hello.uname.clone(),
+        });
+        record.hello = Some(hello);
+        let mut handled = 0;
+        for (i, point) in points.iter().enumerate() {
+            events(Event::PointStarted {
+                id: point.id(),
+                label: point.label(),
+            });
+            let job_id = (u64::from(index) << 32) | i as u64;
+            match session.run_point(job_id, point, &self.devices, self.timeouts.point.0) {
+                Ok(outcome) => {
+                    handled += 1;
+                    record.points.push(point.id());
+                    if let Err(e) = on_point(point, outcome) {
+                        record.ended = format!("stopped: {e}");
+                        break;
+                    }
+                }
+                Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
+                Err(fatal) => {
+                    handled += 1;
+                    record.points.push(point.id());
+                    record.ended = format!("failed at point {}: {fatal}", point.id());
+                    let _ = on_point(
+                        point,
+                        PointOutcome::Failed {
+                            error: fatal.to_string(),
+                        },
+                    );
+                    drop(session);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Ok((record, handled));
+                }
+            }
+        }
+        if record.ended.is_empty() {
+            record.ended = match session.shutdown(Duration::from_secs(10)) {
+                Ok(()) => "shutdown".into(),
+                Err(e) => format!("shutdown: {e}"),
+            };
+        }
+        drop(session);
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok((record, handled))
+    }
+}

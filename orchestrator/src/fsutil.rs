@@ -1,0 +1,22 @@
+//! File writes that never leave a half-written file behind.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes to a temporary file beside `path`, syncs it, then renames it over
+/// `path`: readers see the old file or the whole new one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Creates a directory (and parents), naming it in the error.
+pub fn create_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("create {}: {e}", path.display())))
+}

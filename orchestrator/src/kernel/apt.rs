@@ -1,0 +1,112 @@
+//! Fetch one pinned Debian package with `apt-get download` and verify it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::KernelError;
+use super::cache::downloads_dir;
+use super::hashing::sha256_file;
+
+/// A package pinned by name, exact version and .deb sha256.
+pub struct Pin<'a> {
+    pub package: &'a str,
+    pub version: &'a str,
+    pub sha256: &'a str,
+    /// Descriptor and field holding `sha256`, named in errors.
+    pub descriptor: &'a Path,
+    pub sha_field: &'a str,
+}
+
+/// Path of the verified .deb in the download cache, downloading it if needed.
+pub fn fetch(
+    cache_root: &Path,
+    pin: &Pin<'_>,
+    progress: &dyn Fn(&str),
+) -> Result<PathBuf, KernelError> {
+    let dir = downloads_dir(cache_root);
+    std::fs::create_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
+    let file_name = format!("{}_{}.deb", pin.package, pin.version).replace(':', "%3a");
+    let dest = dir.join(file_name);
+    if dest.is_file() {
+        if sha256_file(&dest)?.eq_ignore_ascii_case(pin.sha256) {
+            return Ok(dest);
+        }
+        progress(&format!(
+            "cached {} does not match its pinned sha256; downloading again",
+            dest.display()
+        ));
+        std::fs::remove_file(&dest).map_err(|e| KernelError::io(&dest, e))?;
+    }
+
+    let tmp = dir.join(format!(".tmp-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| KernelError::io(&tmp, e))?;
+    let result = download_into(&tmp, pin, progress).and_then(|got| {
+        let actual = sha256_file(&got)?;
+        if !actual.eq_ignore_ascii_case(pin.sha256) {
+            return Err(KernelError::Checksum {
+                path: got,
+                descriptor: pin.descriptor.to_path_buf(),
+                field: pin.sha_field.to_string(),
+                expected: pin.sha256.to_string(),
+                actual,
+            });
+        }
+        std::fs::rename(&got, &dest).map_err(|e| KernelError::io(&dest, e))
+    });
+    // The temp dir only ever holds this download.
+    let _ = std::fs::remove_dir_all(&tmp);
+    result.map(|()| dest)
+}
+
+fn download_into(
+    dir: &Path,
+    pin: &Pin<'_>,
+    progress: &dyn Fn(&str),
+) -> Result<PathBuf, KernelError> {
+    let spec = format!("{}={}", pin.package, pin.version);
+    progress(&format!("downloading {spec} (apt-get download)"));
+    let out = Command::new("apt-get")
+        .args(["download", "-q", &spec])
+        .current_dir(dir)
+        .output()
+        .map_err(|e| KernelError::ToolMissing {
+            tool: "apt-get".into(),
+            hint: "a Debian host with apt".into(),
+            source: e,
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said: Vec<&str> = stderr.lines().filter(|l| l.starts_with("E:")).collect();
+        let apt_said = if said.is_empty() {
+            stderr.trim().to_string()
+        } else {
+            said.join(" ")
+        };
+        return Err(KernelError::PinnedVersionUnavailable {
+            package: pin.package.to_string(),
+            version: pin.version.to_string(),
+            descriptor: pin.descriptor.to_path_buf(),
+            apt_said,
+        });
+    }
+    let mut debs = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| KernelError::io(dir, e))? {
+        let path = entry.map_err(|e| KernelError::io(dir, e))?.path();
+        if path.extension().is_some_and(|e| e == "deb") {
+            debs.push(path);
+        }
+    }
+    match debs.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(KernelError::Deb {
+            path: dir.to_path_buf(),
+            message: format!(
+                "`apt-get download {spec}` left {} .deb files, expected 1",
+                debs.len()
+            ),
+        }),
+    }
+}

@@ -1,0 +1,199 @@
+//! A stock Debian binary kernel: download the pinned .deb, verify it, unpack
+//! the image and modules into the cache.
+
+use std::path::{Path, PathBuf};
+
+use super::apt::{self, Pin};
+use super::cache::{self, BZIMAGE, MODULES_DIR, Meta, Staging};
+use super::deb::{self, Codec, Extract};
+use super::descriptor::{Descriptor, KIND_DEBIAN_BINARY, PackagePin};
+use super::hashing::{KeyHasher, sha256_file};
+use super::{KernelArtifact, KernelError};
+
+/// Bump when the unpacked layout changes, so old entries are not reused.
+const LAYOUT: &str = "debian-binary-v1";
+
+pub fn key(pin: &PackagePin) -> String {
+    KeyHasher::default()
+        .part("layout", LAYOUT.as_bytes())
+        .part("package", pin.name.as_bytes())
+        .part("version", pin.version.as_bytes())
+        .part("sha256", pin.sha256.to_ascii_lowercase().as_bytes())
+        .finish()
+}
+
+pub fn resolve(
+    desc: &Descriptor,
+    pin: &PackagePin,
+    cache_root: &Path,
+    progress: &dyn Fn(&str),
+) -> Result<KernelArtifact, KernelError> {
+    let key = key(pin);
+    if let Some(a) = cache::load_entry(cache_root, &key)? {
+        return Ok(a);
+    }
+    let deb = apt::fetch(
+        cache_root,
+        &Pin {
+            package: &pin.name,
+            version: &pin.version,
+            sha256: &pin.sha256,
+            descriptor: &desc.path,
+            sha_field: "package.sha256",
+        },
+        progress,
+    )?;
+    progress(&format!("unpacking {}", deb.display()));
+    let staging = Staging::new(cache_root, &key)?;
+    deb::unpack(&deb, &staging.dir, &select)?;
+    let release = arrange_boot_files(&deb, &staging.dir)?;
+    let release_dir = staging
+        .dir
+        .join(MODULES_DIR)
+        .join("lib/modules")
+        .join(&release);
+    let has_modules = release_dir.is_dir();
+    let config = staging.dir.join("config");
+    let config_sha256 = if config.is_file() {
+        Some(sha256_file(&config)?)
+    } else {
+        None
+    };
+    let meta = Meta {
+        name: desc.name.clone(),
+        key: key.clone(),
+        kind: KIND_DEBIAN_BINARY.into(),
+        release,
+        description: format!("Debian {} {}", pin.name, pin.version),
+        config_sha256,
+        patches: Vec::new(),
+        has_modules,
+        modules: desc.modules.clone(),
+        inputs: [
+            ("package", pin.name.clone()),
+            ("version", pin.version.clone()),
+            ("deb_sha256", pin.sha256.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::String(v)))
+        .collect(),
+        created_unix: cache::now_unix(),
+    };
+    meta.write(&staging.dir)?;
+    let dir = staging.commit()?;
+    progress(&format!("cached kernel {} at {}", desc.name, dir.display()));
+    cache::load_entry(cache_root, &key)?.ok_or_else(|| KernelError::CacheDamaged {
+        dir,
+        message: "entry vanished right after it was written".into(),
+    })
+}
+
+/// Which members of the .deb to keep, and where.
+fn select(path: &Path) -> Option<Extract> {
+    let s = path.to_str()?;
+    if let Some(file) = s.strip_prefix("boot/") {
+        let keep = ["vmlinuz-", "config-", "System.map-"]
+            .iter()
+            .any(|p| file.starts_with(p));
+        return keep.then(|| Extract {
+            dest: PathBuf::from(s),
+            decompress: None,
+        });
+    }
+    let rest = s
+        .strip_prefix("lib/modules/")
+        .or_else(|| s.strip_prefix("usr/lib/modules/"))?;
+    let base = Path::new(MODULES_DIR).join("lib/modules");
+    // Compressed modules are stored plain: the guest uses finit_module on them.
+    let (rest, decompress) = if let Some(r) = rest.strip_suffix(".ko.xz") {
+        (format!("{r}.ko"), Some(Codec::Xz))
+    } else if let Some(r) = rest.strip_suffix(".ko.zst") {
+        (format!("{r}.ko"), Some(Codec::Zstd))
+    } else {
+        (rest.to_string(), None)
+    };
+    Some(Extract {
+        dest: base.join(rest),
+        decompress,
+    })
+}
+
+/// Rename `boot/vmlinuz-<rel>` etc. to fixed names; returns `<rel>`.
+fn arrange_boot_files(deb: &Path, dir: &Path) -> Result<String, KernelError> {
+    let boot = dir.join("boot");
+    let bad = |message: String| KernelError::Deb {
+        path: deb.to_path_buf(),
+        message,
+    };
+    let mut releases = Vec::new();
+    if boot.is_dir() {
+        for entry in std::fs::read_dir(&boot).map_err(|e| KernelError::io(&boot, e))? {
+            let name = entry.map_err(|e| KernelError::io(&boot, e))?.file_name();
+            if let Some(rel) = name.to_str().and_then(|n| n.strip_prefix("vmlinuz-")) {
+                releases.push(rel.to_string());
+            }
+        }
+    }
+    let release = match releases.as_slice() {
+        [one] => one.clone(),
+        [] => return Err(bad("no boot/vmlinuz-* in the package".into())),
+        many => return Err(bad(format!("several kernels in the package: {many:?}"))),
+    };
+    for (from, to) in [
+        (format!("vmlinuz-{release}"), BZIMAGE),
+        (format!("config-{release}"), "config"),
+        (format!("System.map-{release}"), "System.map"),
+    ] {
+        let src = boot.join(from);
+        if src.is_file() {
+            let dst = dir.join(to);
+            std::fs::rename(&src, &dst).map_err(|e| KernelError::io(&dst, e))?;
+        }
+    }
+    std::fs::remove_dir_all(&boot).map_err(|e| KernelError::io(&boot, e))?;
+    let modules = dir.join(MODULES_DIR).join("lib/modules");
+    if modules.is_dir() {
+        for entry in std::fs::read_dir(&modules).map_err(|e| KernelError::io(&modules, e))? {
+            let name = entry.map_err(|e| KernelError::io(&modules, e))?.file_name();
+            if name.to_str() != Some(release.as_str()) {
+                return Err(bad(format!(
+                    "modules for release {} do not match kernel {release}",
+                    name.to_string_lossy()
+                )));
+            }
+        }
+    }
+    Ok(release)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_maps_members() {
+        let ko = select(Path::new("lib/modules/6.1/kernel/a.ko.xz")).unwrap();
+        assert_eq!(
+            ko.dest,
+            PathBuf::from("modules/lib/modules/6.1/kernel/a.ko")
+        );
+        assert_eq!(ko.decompress, Some(Codec::Xz));
+        let z = select(Path::new("usr/lib/modules/6.1/kernel/b.ko.zst")).unwrap();
+        assert_eq!(z.decompress, Some(Codec::Zstd));
+        assert!(select(Path::new("boot/vmlinuz-6.1")).is_some());
+        assert!(select(Path::new("usr/share/doc/x/changelog.gz")).is_none());
+    }
+
+    #[test]
+    fn key_depends_on_every_pin_field() {
+        let p = PackagePin {
+            name: "a".into(),
+            version: "1".into(),
+            sha256: "00".repeat(32),
+        };
+        let mut q = p.clone();
+        q.version = "2".into();
+        assert_ne!(key(&p), key(&q));
+        assert_eq!(key(&p), key(&p.clone()));
+    }
+}

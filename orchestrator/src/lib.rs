@@ -1,0 +1,21 @@
+//! testbed: boots VMs with a chosen kernel and storage device, runs the
+//! experiments a TOML spec describes, keeps every raw sample with its
+//! provenance.
+
+pub mod devices;
+pub mod doctor;
+pub mod executor;
+pub mod fsutil;
+pub mod guestbin;
+pub mod hostinfo;
+pub mod image;
+pub mod kernel;
+pub mod paths;
+pub mod plan;
+pub mod progress;
+pub mod qemu;
+pub mod results;
+pub mod run;
+pub mod show;
+pub mod spec;
+pub mod units;

@@ -1,0 +1,39 @@
+//! Where things live: the source tree, the cache, the guest binaries.
+
+use std::path::{Path, PathBuf};
+
+/// The testbed source tree: $TESTBED_ROOT, else the tree this binary was
+/// built from, else the current directory.
+pub fn repo_root() -> PathBuf {
+    if let Ok(r) = std::env::var("TESTBED_ROOT") {
+        return PathBuf::from(r);
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf);
+    match built {
+        Some(p) if p.join("kernel-configs").is_dir() => p,
+        _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    }
+}
+
+/// Content-addressed cache: $TESTBED_CACHE, else ~/.cache/testbed.
+pub fn cache_root() -> PathBuf {
+    if let Ok(c) = std::env::var("TESTBED_CACHE") {
+        return PathBuf::from(c);
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    Path::new(&home).join(".cache/testbed")
+}
+
+pub fn kernel_configs() -> PathBuf {
+    repo_root().join("kernel-configs")
+}
+
+/// busybox-static's binary, if installed.
+pub fn busybox() -> Option<PathBuf> {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}

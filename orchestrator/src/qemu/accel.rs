@@ -1,0 +1,251 @@
+//! Choosing KVM or TCG. /dev/kvm opening is not enough: on some hosts it
+//! opens but QEMU aborts ("failed to set MSR") or the guest hangs. KVM is
+//! used only after /dev/kvm opens, the CPU shows vmx/svm, and a real probe
+//! boot reaches the agent; otherwise TCG, with the reason recorded.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::argv::Accel;
+use crate::spec::AccelChoice;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeResult {
+    pub ok: bool,
+    pub elapsed_ms: u64,
+    /// What happened: "agent ready", "QEMU exited: ...", "no agent within 20s".
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AccelDecision {
+    pub requested: AccelChoice,
+    pub used: Accel,
+    /// Why `used` was chosen, one finding per line.
+    pub reasons: Vec<String>,
+    pub probe: Option<ProbeResult>,
+}
+
+impl AccelDecision {
+    /// TCG timings keep only the shape of a result.
+    pub fn timing_note(&self) -> &'static str {
+        match self.used {
+            Accel::Kvm => "KVM: timings are meaningful",
+            Accel::Tcg => {
+                "TCG (software emulation): timings are shape-only, not comparable to hardware"
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("KVM was requested but is not usable: {}", reasons.join("; "))]
+pub struct KvmUnusable {
+    pub reasons: Vec<String>,
+}
+
+/// /dev/kvm opens read-write.
+pub fn dev_kvm_opens(dev: &Path) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dev)
+        .map(|_| ())
+        .map_err(|e| format!("{} does not open: {e}", dev.display()))
+}
+
+/// The CPU advertises hardware virtualisation (vmx or svm).
+pub fn cpu_has_virt_flags(cpuinfo: &str) -> Result<(), String> {
+    let flags = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .unwrap_or_default();
+    if flags.contains(&"vmx") || flags.contains(&"svm") {
+        Ok(())
+    } else {
+        let hint = if std::path::Path::new("/sys/module/kvm_pvm").exists() {
+            " (kvm_pvm loaded: a paging-based nested hypervisor, not hardware virtualisation)"
+        } else {
+            ""
+        };
+        Err(format!("the CPU shows no vmx/svm flag{hint}"))
+    }
+}
+
+/// Decides the accelerator. `probe` boots the real kernel+initramfs under
+/// KVM and reports whether the agent came up.
+pub fn decide(
+    requested: AccelChoice,
+    dev_kvm: &Path,
+    cpuinfo: &str,
+    probe: &mut dyn FnMut() -> ProbeResult,
+) -> Result<AccelDecision, KvmUnusable> {
+    if requested == AccelChoice::Tcg {
+        return Ok(AccelDecision {
+            requested,
+            used: Accel::Tcg,
+            reasons: vec!["TCG requested".into()],
+            probe: None,
+        });
+    }
+    let mut reasons = Vec::new();
+    let mut prechecks_ok = true;
+    for check in [dev_kvm_opens(dev_kvm), cpu_has_virt_flags(cpuinfo)] {
+        match check {
+            Ok(()) => {}
+            Err(r) => {
+                prechecks_ok = false;
+                reasons.push(r);
+            }
+        }
+    }
+    let mut probe_result = None;
+    // An explicit request still probes when /dev/kvm opens, to show why it fails.
+    let try_probe =
+        prechecks_ok || (requested == AccelChoice::Kvm && dev_kvm_opens(dev_kvm).is_ok());
+    if try_probe {
+        let p = probe();
+        if p.ok {
+            reasons.push(format!(
+                "KVM probe boot reached the agent in {} ms",
+                p.elapsed_ms
+            ));
+        } else {
+            reasons.push(format!("KVM probe boot failed: {}", p.detail));
+        }
+        probe_result = Some(p);
+    }
+    let kvm_ok = prechecks_ok && probe_result.as_ref().is_some_and(|p| p.ok);
+    if kvm_ok {
+        return Ok(AccelDecision {
+            requested,
+            used: Accel::Kvm,
+            reasons,
+            probe: probe_result,
+        });
+    }
+    if requested == AccelChoice::Kvm {
+        return Err(KvmUnusable { reasons });
+    }
+    reasons.push("falling back to TCG".into());
+    Ok(AccelDecision {
+        requested,
+        used: Accel::Tcg,
+        reasons,
+        probe: probe_result,
+    })
+}
+
+/// Outcome of waiting for a probe VM, shared by the real probe.
+pub fn probe_outcome(started: Instant, outcome: Result<(), String>) -> ProbeResult {
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match outcome {
+        Ok(()) => ProbeResult {
+            ok: true,
+            elapsed_ms,
+            detail: "agent ready".into(),
+        },
+        Err(detail) => ProbeResult {
+            ok: false,
+            elapsed_ms,
+            detail,
+        },
+    }
+}
+
+/// Default time a KVM probe boot may take (a KVM boot takes about a second).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VMX: &str = "processor\t: 0\nflags\t\t: fpu vme vmx sse\n";
+    const NOVMX: &str = "processor\t: 0\nflags\t\t: fpu vme sse\n";
+
+    fn ok_probe() -> ProbeResult {
+        ProbeResult {
+            ok: true,
+            elapsed_ms: 900,
+            detail: "agent ready".into(),
+        }
+    }
+    fn hung_probe() -> ProbeResult {
+        ProbeResult {
+            ok: false,
+            elapsed_ms: 20_000,
+            detail: "no agent within 20s".into(),
+        }
+    }
+
+    #[test]
+    fn tcg_requested_never_probes() {
+        let d = decide(AccelChoice::Tcg, Path::new("/dev/null"), VMX, &mut || {
+            panic!("probed")
+        })
+        .unwrap();
+        assert_eq!(d.used, Accel::Tcg);
+    }
+
+    #[test]
+    fn auto_uses_kvm_only_when_every_check_passes() {
+        // /dev/null opens read-write: it stands in for a working /dev/kvm.
+        let d = decide(
+            AccelChoice::Auto,
+            Path::new("/dev/null"),
+            VMX,
+            &mut ok_probe,
+        )
+        .unwrap();
+        assert_eq!(d.used, Accel::Kvm);
+        let d = decide(
+            AccelChoice::Auto,
+            Path::new("/dev/null"),
+            VMX,
+            &mut hung_probe,
+        )
+        .unwrap();
+        assert_eq!(d.used, Accel::Tcg);
+        assert!(
+            d.reasons.iter().any(|r| r.contains("no agent within")),
+            "{:?}",
+            d.reasons
+        );
+        let d = decide(
+            AccelChoice::Auto,
+            Path::new("/dev/null"),
+            NOVMX,
+            &mut || panic!("probed"),
+        )
+        .unwrap();
+        assert_eq!(d.used, Accel::Tcg);
+        assert!(d.reasons[0].contains("no vmx/svm"), "{:?}", d.reasons);
+        let d = decide(
+            AccelChoice::Auto,
+            Path::new("/nonexistent/kvm"),
+            VMX,
+            &mut || panic!("probed"),
+        )
+        .unwrap();
+        assert!(d.reasons[0].contains("does not open"), "{:?}", d.reasons);
+    }
+
+    #[test]
+    fn kvm_requested_fails_loudly_with_the_reasons() {
+        let e = decide(
+            AccelChoice::Kvm,
+            Path::new("/dev/null"),
+            NOVMX,
+            &mut hung_probe,
+        )
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("no vmx/svm") && msg.contains("no agent within"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! The QEMU command line, built by one pure function from a `VmConfig` so
+//! that every flag is covered by golden tests.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl std::fmt::Display for Accel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        })
+    }
+}
+
+/// A storage device as QEMU sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum QemuDevice {
+    Nvme {
+        serial: String,
+        /// One backing per namespace, nsid = index + 1.
+        namespaces: Vec<Backing>,
+        logical_block_size: u32,
+        queues: Option<u32>,
+    },
+    VirtioBlk {
+        serial: String,
+        backing: Backing,
+        logical_block_size: u32,
+        queues: Option<u32>,
+    },
+    /// A host PCI device handed to the guest whole.
+    Vfio { host: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Backing {
+    /// A raw file; `direct` = O_DIRECT on the host (cache=none).
+    File { path: PathBuf, direct: bool },
+    /// null-co: reads return zeroes after `latency_ns`.
+    Null { size: u64, latency_ns: u64 },
+}
+
+/// A guest network interface.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Nic {
+    pub mac: String,
+    /// `-netdev` backend options after the id, e.g. "socket,listen=127.0.0.1:5000".
+    pub netdev: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VmConfig {
+    pub qemu: PathBuf,
+    pub accel: Accel,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub append: String,
+    pub console_log: PathBuf,
+    pub agent_socket: PathBuf,
+    pub devices: Vec<QemuDevice>,
+    pub nics: Vec<Nic>,
+}
+
+/// QEMU escapes a comma inside an option value by doubling it.
+fn esc(p: &std::path::Path) -> String {
+    p.to_string_lossy().replace(',', ",,")
+}
+
+pub fn build_argv(c: &VmConfig) -> Vec<String> {
+    let mut a: Vec<String> = vec![c.qemu.to_string_lossy().into_owned()];
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    push(&["-nodefaults", "-no-reboot", "-nographic", "-no-user-config"]);
+    match c.accel {
+        // -cpu host exposes the real CPU; KVM would refuse a model it lacks.
+        Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
+        // multi-threaded TCG: one host thread per vCPU.
+        Accel::Tcg => push(&["-accel", "tcg,thread=multi", "-cpu", "max"]),
+    }
+    let smp = c.vcpus.to_string();
+    let mem = format!("{}M", c.memory_mib);
+    push(&["-smp", &smp, "-m", &mem]);
+    let kernel = c.kernel.to_string_lossy().into_owned();
+    let initrd = c.initrd.to_string_lossy().into_owned();
+    push(&["-kernel", &kernel, "-initrd", &initrd, "-append", &c.append]);
+    let serial = format!("file:{}", c.console_log.to_string_lossy());
+    push(&["-serial", &serial, "-monitor", "none"]);
+    let chardev = format!(
+        "socket,id=agent,path={},server=on,wait=off",
+        esc(&c.agent_socket)
+    );
+    push(&[
+        "-device",
+        "virtio-serial-pci,id=vser0",
+        "-chardev",
+        &chardev,
+        "-device",
+        "virtserialport,bus=vser0.0,chardev=agent,name=org.testbed.agent",
+    ]);
+    for (i, d) in c.devices.iter().enumerate() {
+        match d {
+            QemuDevice::Nvme {
+                serial,
+                namespaces,
+                logical_block_size,
+                queues,
+            } => {
+                let mut ctrl = format!("nvme,id=nvme{i},serial={serial}");
+                if let Some(q) = queues {
+                    ctrl.push_str(&format!(",max_ioqpairs={q}"));
+                }
+                push(&["-device", &ctrl]);
+                for (n, backing) in namespaces.iter().enumerate() {
+                    let id = format!("nvme{i}n{}", n + 1);
+                    let drive = drive_opts(&id, backing);
+                    let ns = format!(
+                        "nvme-ns,drive={id},bus=nvme{i},nsid={},logical_block_size={lbs},physical_block_size={lbs}",
+                        n + 1,
+                        lbs = logical_block_size
+                    );
+                    push(&["-drive", &drive, "-device", &ns]);
+                }
+            }
+            QemuDevice::VirtioBlk {
+                serial,
+                backing,
+                logical_block_size,
+                queues,
+            } => {
+                let id = format!("vblk{i}");
+                let drive = drive_opts(&id, backing);
+                let mut dev = format!(
+                    "virtio-blk-pci,drive={id},serial={serial},logical_block_size={lbs},physical_block_size={lbs}",
+                    lbs = logical_block_size
+                );
+                if let Some(q) = queues {
+                    dev.push_str(&format!(",num-queues={q}"));
+                }
+                push(&["-drive", &drive, "-device", &dev]);
+            }
+            QemuDevice::Vfio { host } => {
+                let dev = format!("vfio-pci,host={host}");
+                push(&["-device", &dev]);
+            }
+        }
+    }
+    for (i, nic) in c.nics.iter().enumerate() {
+        let netdev = format!("{},id=net{i}", nic.netdev);
+        let dev = format!("virtio-net-pci,netdev=net{i},mac={}", nic.mac);
+        push(&["-netdev", &netdev, "-device", &dev]);
+    }
+    a
+}
+
+fn drive_opts(id: &str, b: &Backing) -> String {
+    match b {
+        Backing::File { path, direct } => {
+            let cache = if *direct { "none" } else { "writeback" };
+            format!(
+                "file={},if=none,id={id},format=raw,cache={cache}",
+                esc(path)
+            )
+        }
+        Backing::Null { size, latency_ns } => {
+            format!(
+                "driver=null-co,size={size},latency-ns={latency_ns},read-zeroes=on,if=none,id={id}"
+            )
+        }
+    }
+}
+
+/// Kernel command line: console on the serial port, a panic ends QEMU
+/// (panic=-1 reboots, -no-reboot exits), and under TCG the TSC is declared
+/// reliable, else the guest falls back to a 4 ms jiffies clock.
+pub fn kernel_append(accel: Accel, nonce: &str, probe: bool, extra: &[String]) -> String {
+    let mut words: Vec<String> = [
+        "console=ttyS0",
+        "panic=-1",
+        "oops=panic",
+        "loglevel=4",
+        "rdinit=/init",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if accel == Accel::Tcg {
+        words.push("tsc=reliable".into());
+    }
+    words.push(format!(
+        "{}={nonce}",
+        testbed_agent::protocol::CMDLINE_NONCE
+    ));
+    if probe {
+        words.push(format!("{}=probe", testbed_agent::protocol::CMDLINE_MODE));
+    }
+    words.extend(extra.iter().cloned());
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> VmConfig {
+        VmConfig {
+            qemu: "qemu-system-x86_64".into(),
+            accel: Accel::Tcg,
+            vcpus: 2,
+            memory_mib: 1024,
+            kernel: "/c/k/bzImage".into(),
+            initrd: "/c/i/x.cpio".into(),
+            append: kernel_append(Accel::Tcg, "n0nce", false, &[]),
+            console_log: "/r/console.log".into(),
+            agent_socket: "/r/agent.sock".into(),
+            devices: vec![],
+            nics: vec![],
+        }
+    }
+
+    #[test]
+    fn golden_tcg_with_nvme_file() {
+        let mut c = base();
+        c.devices.push(QemuDevice::Nvme {
+            serial: "data".into(),
+            namespaces: vec![Backing::File {
+                path: "/r/data.img".into(),
+                direct: true,
+            }],
+            logical_block_size: 512,
+            queues: Some(2),
+        });
+        assert_eq!(
+            build_argv(&c).join(" "),
+            "qemu-system-x86_64 -nodefaults -no-reboot -nographic -no-user-config \
+             -accel tcg,thread=multi -cpu max -smp 2 -m 1024M \
+             -kernel /c/k/bzImage -initrd /c/i/x.cpio \
+             -append console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init tsc=reliable testbed.nonce=n0nce \
+             -serial file:/r/console.log -monitor none \
+             -device virtio-serial-pci,id=vser0 \
+             -chardev socket,id=agent,path=/r/agent.sock,server=on,wait=off \
+             -device virtserialport,bus=vser0.0,chardev=agent,name=org.testbed.agent \
+             -device nvme,id=nvme0,serial=data,max_ioqpairs=2 \
+             -drive file=/r/data.img,if=none,id=nvme0n1,format=raw,cache=none \
+             -device nvme-ns,drive=nvme0n1,bus=nvme0,nsid=1,logical_block_size=512,physical_block_size=512"
+        );
+    }
+
+    #[test]
+    fn golden_kvm_null_nvme_two_namespaces_virtio_vfio_and_nic() {
+        let mut c = base();
+        c.accel = Accel::Kvm;
+        c.append = kernel_append(Accel::Kvm, "x", true, &["quiet".into()]);
+        c.agent_socket = "/r,1/agent.sock".into();
+        c.devices = vec![
+            QemuDevice::Nvme {
+                serial: "fast".into(),
+                namespaces: vec![
+                    Backing::Null {
+                        size: 1 << 30,
+                        latency_ns: 10_000,
+                    },
+                    Backing::File {
+                        path: "/r/fast.ns2.img".into(),
+                        direct: false,
+                    },
+                ],
+                logical_block_size: 4096,
+                queues: None,
+            },
+            QemuDevice::VirtioBlk {
+                serial: "cmp".into(),
+                backing: Backing::File {
+                    path: "/r/cmp.img".into(),
+                    direct: true,
+                },
+                logical_block_size: 512,
+                queues: Some(4),
+            },
+            QemuDevice::Vfio {
+                host: "0000:3b:00.0".into(),
+            },
+        ];
+        c.nics.push(Nic {
+            mac: "52:54:00:12:34:01".into(),
+            netdev: "socket,listen=127.0.0.1:5000".into(),
+        });
+        let argv = build_argv(&c);
+        let joined = argv.join(" ");
+        assert!(joined.contains("-accel kvm -cpu host"), "{joined}");
+        assert!(
+            !joined.contains("tsc=reliable"),
+            "KVM guests keep their own clock choice"
+        );
+        assert!(joined.contains("testbed.nonce=x testbed.mode=probe quiet"));
+        assert!(
+            joined.contains("path=/r,,1/agent.sock"),
+            "commas in paths are escaped: {joined}"
+        );
+        let expected_tail = [
+            "-device",
+            "nvme,id=nvme0,serial=fast",
+            "-drive",
+            "driver=null-co,size=1073741824,latency-ns=10000,read-zeroes=on,if=none,id=nvme0n1",
+            "-device",
+            "nvme-ns,drive=nvme0n1,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096",
+            "-drive",
+            "file=/r/fast.ns2.img,if=none,id=nvme0n2,format=raw,cache=writeback",
+            "-device",
+            "nvme-ns,drive=nvme0n2,bus=nvme0,nsid=2,logical_block_size=4096,physical_block_size=4096",
+            "-drive",
+            "file=/r/cmp.img,if=none,id=vblk1,format=raw,cache=none",
+            "-device",
+            "virtio-blk-pci,drive=vblk1,serial=cmp,logical_block_size=512,physical_block_size=512,num-queues=4",
+            "-device",
+            "vfio-pci,host=0000:3b:00.0",
+            "-netdev",
+            "socket,listen=127.0.0.1:5000,id=net0",
+            "-device",
+            "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:01",
+        ];
+        assert_eq!(&argv[argv.len() - expected_tail.len()..], expected_tail);
+    }
+}

@@ -1,0 +1,96 @@
+//! The host end of the agent channel: a Unix socket QEMU serves for the
+//! virtio-serial port (or a child's stdio in host mode). A reader thread
+//! turns lines into messages so the caller can wait with a timeout.
+
+use std::io::{BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use testbed_agent::protocol::{self, GuestMsg, HostMsg, ProtocolError};
+
+use super::process::VmProcess;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("QEMU exited ({status}) before its agent socket accepted a connection")]
+    QemuExited { status: String },
+    #[error("agent socket {path} did not accept a connection within {waited:?}")]
+    NoSocket { path: String, waited: Duration },
+    #[error("agent channel: {0}")]
+    Protocol(#[from] ProtocolError),
+    #[error("agent channel closed")]
+    Closed,
+}
+
+pub struct Channel {
+    rx: Receiver<Result<GuestMsg, ProtocolError>>,
+    writer: Box<dyn Write + Send>,
+}
+
+impl Channel {
+    /// Connects to QEMU's socket as soon as it exists: the guest's first
+    /// write blocks until a peer is connected.
+    pub fn connect_vm(
+        socket: &Path,
+        vm: &mut VmProcess,
+        timeout: Duration,
+    ) -> Result<Channel, ChannelError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = vm.try_wait() {
+                return Err(ChannelError::QemuExited {
+                    status: status.to_string(),
+                });
+            }
+            if let Ok(stream) = UnixStream::connect(socket) {
+                let reader = stream.try_clone().map_err(ProtocolError::Io)?;
+                return Ok(Channel::from_parts(
+                    BufReader::new(reader),
+                    Box::new(stream),
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(ChannelError::NoSocket {
+                    path: socket.display().to_string(),
+                    waited: timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn from_parts<R: std::io::BufRead + Send + 'static>(
+        mut reader: R,
+        writer: Box<dyn Write + Send>,
+    ) -> Channel {
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            loop {
+                let msg = protocol::recv::<_, GuestMsg>(&mut reader);
+                let end = msg.is_err();
+                if tx.send(msg).is_err() || end {
+                    return;
+                }
+            }
+        });
+        Channel { rx, writer }
+    }
+
+    pub fn send(&mut self, msg: &HostMsg) -> Result<(), ChannelError> {
+        protocol::send(&mut self.writer, msg)?;
+        Ok(())
+    }
+
+    /// The next message, `None` on timeout.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<GuestMsg>, ChannelError> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(Ok(m)) => Ok(Some(m)),
+            Ok(Err(ProtocolError::Closed)) => Err(ChannelError::Closed),
+            Ok(Err(e)) => Err(e.into()),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(ChannelError::Closed),
+        }
+    }
+}

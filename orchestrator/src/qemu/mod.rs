@@ -1,0 +1,17 @@
+//! QEMU: the command line (pure), the process, the agent channel, and the
+//! accelerator decision.
+
+pub mod accel;
+pub mod argv;
+pub mod channel;
+pub mod process;
+
+use std::path::PathBuf;
+
+/// The QEMU binary: $TESTBED_QEMU or qemu-system-x86_64 on PATH.
+pub fn qemu_binary() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("TESTBED_QEMU") {
+        return Some(PathBuf::from(p));
+    }
+    crate::image::libs::find_program("qemu-system-x86_64")
+}

@@ -1,0 +1,118 @@
+//! manifest.json: everything needed to know what ran and to redo it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Running,
+    Complete,
+    /// Finished with failed points.
+    Partial,
+    Interrupted,
+    Failed,
+}
+
+/// One point's outcome, also stored as points/<id>.json.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PointRecord {
+    pub id: String,
+    pub point: u32,
+    pub rep: u32,
+    pub params: BTreeMap<String, toml::Value>,
+    pub seed: u64,
+    pub ok: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub wall_s: Option<f64>,
+    #[serde(default)]
+    pub samples: usize,
+    #[serde(default)]
+    pub summary: BTreeMap<String, serde_json::Value>,
+    pub boot: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub testbed_version: String,
+    pub status: RunStatus,
+    pub experiment: String,
+    pub run_id: String,
+    pub figures: Vec<String>,
+    pub spec_file: String,
+    pub spec_sha256: String,
+    /// The spec as parsed (defaults filled in).
+    pub spec: serde_json::Value,
+    pub executor: String,
+    /// Content hashes and descriptions of every input: kernel, initramfs, agent.
+    pub inputs: BTreeMap<String, serde_json::Value>,
+    pub accel: Option<serde_json::Value>,
+    /// "TCG: shape-only" etc.
+    pub timing_note: String,
+    pub qemu_argv: Vec<String>,
+    pub host: serde_json::Value,
+    /// From the first boot's hello: uname, cmdline, cpus, memory.
+    pub guest: Option<serde_json::Value>,
+    pub boots: Vec<serde_json::Value>,
+    /// Host-measured QEMU start to agent hello, per boot.
+    pub boot_to_agent_ms: Vec<u64>,
+    pub devices: Vec<serde_json::Value>,
+    pub seed: u64,
+    pub points: Vec<PointRecord>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub wall_s: Option<f64>,
+}
+
+pub fn read(path: &Path) -> Result<Manifest, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a valid manifest: {e}", path.display()))
+}
+
+pub fn write(path: &Path, m: &Manifest) -> Result<(), String> {
+    let text = serde_json::to_vec_pretty(m).map_err(|e| e.to_string())?;
+    crate::fsutil::write_atomic(path, &text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// UTC time as "2026-11-30T09:28:38Z", without a date crate.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format_utc(secs)
+}
+
+pub fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_utc() {
+        assert_eq!(super::format_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::format_utc(1_796_031_718), "2026-11-30T09:01:58Z");
+    }
+}

@@ -1,0 +1,151 @@
+//! `testbed show RUN` and `testbed list`: summaries for people.
+
+use std::path::{Path, PathBuf};
+
+use crate::results::manifest;
+
+pub fn show_run(dir: &Path) -> Result<String, String> {
+    let m = manifest::read(&dir.join("manifest.json"))?;
+    let mut s = String::new();
+    s.push_str(&format!("run        {}\n", dir.display()));
+    s.push_str(&format!(
+        "experiment {} ({})\n",
+        m.experiment,
+        m.figures.join(", ")
+    ));
+    s.push_str(&format!("status     {:?}\n", m.status));
+    s.push_str(&format!("executor   {}\n", m.executor));
+    if let Some(a) = &m.accel {
+        s.push_str(&format!(
+            "accel      {} (asked {}): {}\n",
+            a["used"].as_str().unwrap_or("?"),
+            a["requested"].as_str().unwrap_or("?"),
+            a["reasons"]
+                .as_array()
+                .map(|r| r
+                    .iter()
+                    .filter_map(|x| x.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "))
+                .unwrap_or_default()
+        ));
+    }
+    s.push_str(&format!("timing     {}\n", m.timing_note));
+    if let Some(k) = m.inputs.get("kernel") {
+        s.push_str(&format!(
+            "kernel     {} [{}]\n",
+            k["description"].as_str().unwrap_or("?"),
+            k["release"].as_str().unwrap_or("?")
+        ));
+    }
+    if let Some(g) = &m.guest {
+        s.push_str(&format!(
+            "guest      {}\n",
+            g["uname"].as_str().unwrap_or("?")
+        ));
+    }
+    if !m.boot_to_agent_ms.is_empty() {
+        s.push_str(&format!("boot→agent {:?} ms\n", m.boot_to_agent_ms));
+    }
+    s.push_str(&format!(
+        "started    {}  finished {}\n",
+        m.started_at,
+        m.finished_at.as_deref().unwrap_or("-")
+    ));
+    let done = m.points.iter().filter(|p| p.ok).count();
+    s.push_str(&format!(
+        "points     {done} done, {} failed\n",
+        m.points.len() - done
+    ));
+    for p in &m.points {
+        let params: Vec<String> = p.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let key_numbers: Vec<String> = [
+            "iops",
+            "lookups_per_s",
+            "mb_per_s",
+            "read_latency_mean_ns",
+            "lookup_latency_mean_ns",
+        ]
+        .iter()
+        .filter_map(|k| {
+            p.summary
+                .get(*k)
+                .and_then(|v| v.as_f64())
+                .map(|v| format!("{k}={v:.1}"))
+        })
+        .collect();
+        let status = if p.ok {
+            "ok    ".to_string()
+        } else {
+            "FAILED".to_string()
+        };
+        s.push_str(&format!(
+            "  {} {status} {:<28} {:>7} samples  {}\n",
+            p.id,
+            params.join(" "),
+            p.samples,
+            key_numbers.join(" ")
+        ));
+        if let Some(e) = &p.error {
+            s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
+        }
+    }
+    s.push_str(&format!(
+        "files      {}\n",
+        [
+            "manifest.json",
+            "samples.parquet",
+            "console.log",
+            "spec.toml"
+        ]
+        .iter()
+        .filter(|f| dir.join(f).exists())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ")
+    ));
+    Ok(s)
+}
+
+/// Every spec under `dir`, sorted.
+pub fn find_specs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "toml") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn list_specs(dir: &Path) -> String {
+    let mut s = String::new();
+    for p in find_specs(dir) {
+        let rel = p
+            .strip_prefix(dir.parent().unwrap_or(dir))
+            .unwrap_or(&p)
+            .display()
+            .to_string();
+        match crate::run::check_spec(&p) {
+            Ok((l, plan)) => s.push_str(&format!(
+                "{rel:<48} {:<28} {:>4} points  {:<6} {}\n",
+                l.spec.experiment.name,
+                plan.points.len(),
+                format!("{:?}", l.spec.experiment.executor).to_lowercase(),
+                l.spec.experiment.figures.join(",")
+            )),
+            Err(e) => s.push_str(&format!("{rel:<48} INVALID: {e}\n")),
+        }
+    }
+    s
+}
