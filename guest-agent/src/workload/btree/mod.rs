@@ -1,0 +1,172 @@
+//! BPF-KV style B+-tree lookups from user space (the baselines of the HotOS
+//! and XRP papers): build the tree on the device, then look up random keys
+//! with the `read` and/or `io-uring` engines, verifying every value.
+//!
+//! A lookup of a depth-`d` tree reads `d` nodes, then the block holding the
+//! value (`index_ios_per_lookup = d`, `total_ios_per_lookup = d + 1`). The
+//! synthetic mode reads `d` blocks at seeded random offsets instead.
+
+pub mod build;
+pub mod cpu;
+pub mod descriptor;
+pub mod engine_read;
+pub mod engine_uring;
+pub mod layout;
+pub mod lookup;
+pub mod params;
+pub mod recorder;
+pub mod report;
+pub mod runner;
+pub mod synthetic;
+
+pub use params::{BtreeParams, BuildPolicy, Engine, Mode};
+
+use std::collections::BTreeMap;
+
+use super::fio::{Amount, FioJob, FioRw, run_fio};
+use super::{JobContext, Summary, WorkloadError};
+use cpu::{GuestCpu, process_cpu};
+use engine_uring::UringOptions;
+use lookup::Plan;
+use runner::{RunConfig, engine_wall_s, run_threads, schedule};
+
+pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+    let dev = ctx.device(&p.device)?.clone();
+    let resolved = p
+        .resolve(&dev)
+        .map_err(|e| WorkloadError::Other(e.to_string()))?;
+    let path = match &p.file {
+        Some(f) => f.clone(),
+        None => ctx.device_path(&p.device)?,
+    };
+    let plan = &resolved.plan;
+    let mut summary = Summary::new();
+
+    if let Plan::Tree(t) = plan {
+        let reuse = p.build == BuildPolicy::IfNeeded;
+        let b = build::ensure_tree(&path, resolved.target_size, &t.layout, t.tree_seed, reuse)?;
+        summary.insert("built".into(), b.built.into());
+        summary.insert("build_s".into(), b.seconds.into());
+        summary.insert("tree_bytes".into(), t.layout.total_bytes.into());
+        summary.insert("keys".into(), t.layout.keys.into());
+    }
+
+    let engines = p.engine_list();
+    let blocks = schedule(
+        engines.len(),
+        p.warmup_lookups,
+        p.lookups_per_thread,
+        p.interleave_block,
+    );
+    let cfg = RunConfig {
+        path: &path,
+        plan,
+        engines: &engines,
+        uring: UringOptions {
+            batch: p.batch,
+            registered_buffers: p.registered_buffers,
+            sqpoll: p.sqpoll,
+        },
+        threads: p.threads,
+        schedule: &blocks,
+        sample_every: p.sample_every,
+        seed: ctx.seed,
+    };
+    let (proc0, guest0) = (process_cpu(), GuestCpu::read());
+    let outcomes = run_threads(&cfg)?;
+    let proc_cpu = process_cpu().since(proc0);
+    let guest = guest0
+        .zip(GuestCpu::read())
+        .map(|(a, b)| b.seconds_since(a));
+
+    report::emit_samples(ctx, &engines, &outcomes);
+    let walls = engine_wall_s(&blocks, &outcomes, engines.len());
+    let mut ios_per_s = BTreeMap::new();
+    for (e, engine) in engines.iter().enumerate() {
+        let prefix = if engines.len() == 1 {
+            ""
+        } else {
+            engine.name()
+        };
+        let r = report::summarise_engine(prefix, e, plan, &outcomes, walls[e], &mut summary);
+        ios_per_s.insert(*engine, r);
+    }
+    put_job_keys(p, plan, &engines, &mut summary);
+    summary.insert("process_cpu_user_s".into(), proc_cpu.user_s.into());
+    summary.insert("process_cpu_sys_s".into(), proc_cpu.sys_s.into());
+    if let Some((busy, total)) = guest {
+        summary.insert("guest_cpu_busy_s".into(), busy.into());
+        summary.insert("guest_cpu_total_s".into(), total.into());
+    }
+
+    if p.compare_with_fio {
+        let read_iops = ios_per_s.get(&Engine::Read).copied().unwrap_or(0.0);
+        compare_with_fio(p, plan, &path, read_iops, ctx, &mut summary)?;
+    }
+    Ok(summary)
+}
+
+fn put_job_keys(p: &BtreeParams, plan: &Plan, engines: &[Engine], summary: &mut Summary) {
+    let names: Vec<&str> = engines.iter().map(|e| e.name()).collect();
+    summary.insert("engines".into(), names.into());
+    summary.insert("depth".into(), p.depth.into());
+    summary.insert("threads".into(), p.threads.into());
+    summary.insert("batch".into(), p.batch.into());
+    summary.insert(
+        "index_ios_per_lookup".into(),
+        plan.index_ios_per_lookup().into(),
+    );
+    summary.insert("total_ios_per_lookup".into(), plan.ios_per_lookup().into());
+    summary.insert(
+        "sample_rule".into(),
+        report::sample_rule(p.sample_every).into(),
+    );
+}
+
+/// Runs fio QD1 random reads of one node over the region the lookups read
+/// (the tree image, or the whole device for chains) with one job per
+/// thread, and records the read engine's I/O rate as a ratio to fio's.
+fn compare_with_fio(
+    p: &BtreeParams,
+    plan: &Plan,
+    path: &str,
+    read_ios_per_s: f64,
+    ctx: &JobContext,
+    summary: &mut Summary,
+) -> Result<(), WorkloadError> {
+    let (size, align) = match plan {
+        Plan::Tree(t) => (Some(t.layout.total_bytes), p.node_size),
+        Plan::Synthetic(_) => (None, synthetic::CHAIN_ALIGN as u32),
+    };
+    let ios = p
+        .fio_ios
+        .unwrap_or(p.lookups_per_thread * u64::from(plan.ios_per_lookup()));
+    let job = FioJob {
+        path: path.to_string(),
+        block_size: p.node_size,
+        align,
+        rw: FioRw::Randread,
+        iodepth: 1,
+        numjobs: p.threads,
+        ioengine: "psync".into(),
+        size,
+        amount: Amount::Ios(ios),
+        seed: ctx.seed,
+    };
+    let report = run_fio(&job)?;
+    report.emit(
+        ctx,
+        &BTreeMap::from([("engine".to_string(), "fio".to_string())]),
+    );
+    report.add_to("fio.", summary);
+    if report.iops > 0.0 {
+        summary.insert(
+            "read_vs_fio_iops_ratio".into(),
+            (read_ios_per_s / report.iops).into(),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

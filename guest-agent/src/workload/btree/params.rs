@@ -1,0 +1,503 @@
+//! `[workload] kind = "btree"`: parameters, defaults and pre-boot validation.
+//! `resolve` turns parameters plus the device into the exact lookup plan, so
+//! validation and the run compute sizes in one place.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::descriptor::{DESCRIPTOR_SIZE, descriptor_offset};
+use super::engine_uring::MAX_BATCH;
+use super::layout::{Layout, MAX_DEPTH, fanout, max_keys};
+use super::lookup::{Plan, TreePlan};
+use super::synthetic::Chain;
+use crate::protocol::DeviceRef;
+use crate::workload::ParamError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// pread with O_DIRECT, one lookup at a time per thread.
+    Read,
+    /// One io_uring per thread, `batch` lookups in flight.
+    #[serde(alias = "io_uring")]
+    IoUring,
+}
+
+impl Engine {
+    /// Name used in sample tags and summary key prefixes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Read => "read",
+            Engine::IoUring => "io-uring",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Real B+-tree lookups on a built image.
+    #[default]
+    Tree,
+    /// HotOS chains: `depth` dependent reads at seeded random offsets, no data.
+    Synthetic,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuildPolicy {
+    Always,
+    /// Skip the build when the descriptor says the device holds this tree.
+    #[default]
+    IfNeeded,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BtreeParams {
+    /// Name of the `[[devices]]` entry holding the tree.
+    pub device: String,
+    /// One engine; `engines` runs several interleaved in one job instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Engine>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engines: Option<Vec<Engine>>,
+    #[serde(default)]
+    pub mode: Mode,
+    /// Node levels of the tree (a lookup reads `depth` nodes, then the
+    /// value), or reads per chain in synthetic mode.
+    #[serde(default = "default_depth")]
+    pub depth: u32,
+    /// Bytes per node (and per read in synthetic mode): a multiple of 512.
+    #[serde(default = "default_node_size")]
+    pub node_size: u32,
+    /// Keys in the tree; default: fanout^depth, capped by the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<u64>,
+    #[serde(default = "one_u32")]
+    pub threads: u32,
+    /// io-uring lookups in flight per thread.
+    #[serde(default = "one_u32")]
+    pub batch: u32,
+    /// Measured lookups per thread and engine.
+    #[serde(default = "default_lookups")]
+    pub lookups_per_thread: u64,
+    /// Unmeasured lookups per thread and engine before measuring.
+    #[serde(default = "default_warmup")]
+    pub warmup_lookups: u64,
+    #[serde(default)]
+    pub build: BuildPolicy,
+    /// Seed of the value bytes; part of the tree's identity for reuse.
+    #[serde(default = "one_u64")]
+    pub tree_seed: u64,
+    #[serde(default)]
+    pub registered_buffers: bool,
+    #[serde(default)]
+    pub sqpoll: bool,
+    /// Keep every Nth lookup (and its hops) as raw samples.
+    #[serde(default = "one_u64")]
+    pub sample_every: u64,
+    /// With several engines: lookups per thread in one engine's turn.
+    #[serde(default = "default_block")]
+    pub interleave_block: u64,
+    /// Put the tree in this file (on a filesystem already mounted on the
+    /// device) instead of the raw namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// After the lookups, run fio 512 B randread QD1 on the same region and
+    /// report `read_vs_fio_iops_ratio`.
+    #[serde(default)]
+    pub compare_with_fio: bool,
+    /// I/Os per fio job; default: as many as the read engine made per thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fio_ios: Option<u64>,
+}
+
+fn default_depth() -> u32 {
+    3
+}
+fn default_node_size() -> u32 {
+    512
+}
+fn one_u32() -> u32 {
+    1
+}
+fn one_u64() -> u64 {
+    1
+}
+fn default_lookups() -> u64 {
+    1000
+}
+fn default_warmup() -> u64 {
+    20
+}
+fn default_block() -> u64 {
+    100
+}
+
+/// What the run needs beyond the parameters: the plan and where it lives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub plan: Plan,
+    /// Bytes of the device (or tree file) the tree and descriptor live in.
+    pub target_size: u64,
+}
+
+impl BtreeParams {
+    /// The engines of this job, in interleaving order.
+    pub fn engine_list(&self) -> Vec<Engine> {
+        match (&self.engines, self.engine) {
+            (Some(list), _) => list.clone(),
+            (None, Some(e)) => vec![e],
+            (None, None) => vec![Engine::Read],
+        }
+    }
+
+    pub fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
+        let dev = devices.get(&self.device).ok_or_else(|| {
+            ParamError::new(
+                "device",
+                format!("no device named {:?} in [[devices]]", self.device),
+            )
+        })?;
+        self.check_engines()?;
+        self.check_counts()?;
+        self.resolve(dev).map(|_| ())
+    }
+
+    fn check_engines(&self) -> Result<(), ParamError> {
+        if self.engine.is_some() && self.engines.is_some() {
+            return Err(ParamError::new(
+                "engines",
+                "set either `engine` or `engines`, not both",
+            ));
+        }
+        let list = self.engine_list();
+        if list.is_empty() {
+            return Err(ParamError::new("engines", "lists no engine"));
+        }
+        let mut seen = list.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != list.len() {
+            return Err(ParamError::new("engines", "names an engine twice"));
+        }
+        let uring = list.contains(&Engine::IoUring);
+        for (field, set) in [
+            ("registered_buffers", self.registered_buffers),
+            ("sqpoll", self.sqpoll),
+            ("batch", self.batch > 1),
+        ] {
+            if set && !uring {
+                return Err(ParamError::new(
+                    field,
+                    "applies to the io-uring engine only, which this job does not run",
+                ));
+            }
+        }
+        if self.compare_with_fio && !list.contains(&Engine::Read) {
+            return Err(ParamError::new(
+                "compare_with_fio",
+                "compares the read engine with fio, but this job does not run `read`",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_counts(&self) -> Result<(), ParamError> {
+        let positive = [
+            ("threads", u64::from(self.threads), "worker threads"),
+            (
+                "batch",
+                u64::from(self.batch),
+                "io-uring lookups in flight per thread",
+            ),
+            (
+                "lookups_per_thread",
+                self.lookups_per_thread,
+                "measured lookups",
+            ),
+            ("sample_every", self.sample_every, "1 keeps every lookup"),
+            (
+                "interleave_block",
+                self.interleave_block,
+                "lookups per engine turn",
+            ),
+        ];
+        for (field, v, what) in positive {
+            if v == 0 {
+                return Err(ParamError::new(
+                    field,
+                    format!("is 0; must be at least 1 ({what})"),
+                ));
+            }
+        }
+        if self.batch > MAX_BATCH {
+            return Err(ParamError::new(
+                "batch",
+                format!("{} exceeds the maximum of {MAX_BATCH}", self.batch),
+            ));
+        }
+        if self.fio_ios == Some(0) {
+            return Err(ParamError::new("fio_ios", "must be at least 1"));
+        }
+        if let Some(f) = &self.file
+            && !f.starts_with('/')
+        {
+            return Err(ParamError::new(
+                "file",
+                format!("{f:?} is not an absolute path"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes available to the tree: the device, or the part of it a file on
+    /// a filesystem can reasonably get (7/8, leaving room for metadata).
+    fn target_size(&self, dev: &DeviceRef) -> u64 {
+        match self.file {
+            None => dev.size_bytes,
+            Some(_) => dev.size_bytes / 8 * 7 / DESCRIPTOR_SIZE * DESCRIPTOR_SIZE,
+        }
+    }
+
+    /// Checks the shape against the device and computes the lookup plan.
+    pub fn resolve(&self, dev: &DeviceRef) -> Result<Resolved, ParamError> {
+        let ns = self.node_size;
+        if ns < 512 || !ns.is_multiple_of(512) {
+            return Err(ParamError::new(
+                "node_size",
+                format!(
+                    "{ns} is not a multiple of 512 (512 is BPF-KV's node, 4096 the large-node option)"
+                ),
+            ));
+        }
+        let lbs = dev.logical_block_size.max(512);
+        if !ns.is_multiple_of(lbs) {
+            return Err(ParamError::new(
+                "node_size",
+                format!(
+                    "{ns} is not a multiple of device {:?}'s logical block size {lbs} (O_DIRECT)",
+                    self.device
+                ),
+            ));
+        }
+        if self.depth == 0 || self.depth > MAX_DEPTH {
+            return Err(ParamError::new(
+                "depth",
+                format!("{} is outside 1..={MAX_DEPTH}", self.depth),
+            ));
+        }
+        let target_size = self.target_size(dev);
+        let plan = match self.mode {
+            Mode::Synthetic => Plan::Synthetic(self.chain(target_size)?),
+            Mode::Tree => Plan::Tree(TreePlan {
+                layout: self.layout(target_size)?,
+                tree_seed: self.tree_seed,
+                value_read: lbs as usize,
+            }),
+        };
+        Ok(Resolved { plan, target_size })
+    }
+
+    fn chain(&self, size: u64) -> Result<Chain, ParamError> {
+        if self.keys.is_some() {
+            return Err(ParamError::new("keys", "applies to mode = \"tree\" only"));
+        }
+        Chain::new(self.depth, self.node_size as usize, size).ok_or_else(|| {
+            ParamError::new(
+                "node_size",
+                format!(
+                    "{}-byte reads do not fit device {:?} of {size} bytes",
+                    self.node_size, self.device
+                ),
+            )
+        })
+    }
+
+    fn layout(&self, size: u64) -> Result<Layout, ParamError> {
+        let (ns, d) = (self.node_size, self.depth);
+        let dev = &self.device;
+        let budget = descriptor_offset(size).ok_or_else(|| {
+            ParamError::new(
+                "device",
+                format!("{dev:?} has {size} bytes, less than the 4096-byte tree descriptor"),
+            )
+        })?;
+        let room = format!(
+            "device {dev:?} offers {budget} bytes ({size} minus the last 4 KiB, which hold the tree descriptor)"
+        );
+        if let Some(keys) = self.keys {
+            let layout =
+                Layout::new(ns, d, keys).map_err(|e| ParamError::new("keys", e.to_string()))?;
+            if layout.total_bytes > budget {
+                return Err(ParamError::new(
+                    "keys",
+                    format!(
+                        "{keys} keys in {d} levels of {ns}-byte nodes need {} bytes ({} nodes, then {keys} 64-byte values); {room}",
+                        layout.total_bytes, layout.total_nodes
+                    ),
+                ));
+            }
+            return Ok(layout);
+        }
+        // Default: as many keys as the depth indexes, but never so few that
+        // the top level would not be a genuine fan-out level.
+        let f = fanout(ns);
+        let genuine = if d == 1 { 1 } else { max_keys(ns, d - 1) + 1 };
+        let fits = Layout::largest_fitting(ns, d, budget).filter(|&k| u128::from(k) >= genuine);
+        match fits {
+            Some(keys) => {
+                Layout::new(ns, d, keys).map_err(|e| ParamError::new("keys", e.to_string()))
+            }
+            None => {
+                let need = u64::try_from(genuine)
+                    .ok()
+                    .and_then(|k| Layout::new(ns, d, k).ok())
+                    .map_or_else(
+                        || "more than 2^64".to_string(),
+                        |l| l.total_bytes.to_string(),
+                    );
+                Err(ParamError::new(
+                    "depth",
+                    format!(
+                        "a depth-{d} tree of {ns}-byte nodes (fanout {f}) needs more than {f}^{} keys, at least {need} bytes; {room}. \
+                         Use a smaller depth, a larger device, or set `keys` (the top levels then have single children)",
+                        d - 1
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn devices(size: u64, lbs: u32) -> BTreeMap<String, DeviceRef> {
+        BTreeMap::from([(
+            "data".to_string(),
+            DeviceRef {
+                path: None,
+                size_bytes: size,
+                logical_block_size: lbs,
+            },
+        )])
+    }
+
+    fn parse(extra: &str) -> Result<BtreeParams, String> {
+        let text = format!("{{\"device\": \"data\"{extra}}}");
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+
+    fn refused(p: &BtreeParams, size: u64) -> ParamError {
+        p.validate(&devices(size, 512)).unwrap_err()
+    }
+
+    #[test]
+    fn defaults_fill_the_depth() {
+        let p = parse(", \"depth\": 2").unwrap();
+        assert_eq!(p.engine_list(), vec![Engine::Read]);
+        assert_eq!(
+            (p.node_size, p.threads, p.batch, p.sample_every),
+            (512, 1, 1, 1)
+        );
+        assert_eq!(p.build, BuildPolicy::IfNeeded);
+        let r = p.resolve(&devices(1 << 20, 512)["data"]).unwrap();
+        let Plan::Tree(t) = r.plan else { panic!() };
+        assert_eq!(t.layout.keys, 961);
+        assert_eq!(r.target_size, 1 << 20);
+    }
+
+    #[test]
+    fn default_keys_are_capped_by_the_device() {
+        let p = parse(", \"depth\": 4").unwrap();
+        let r = p.resolve(&devices(64 << 20, 512)["data"]).unwrap();
+        let Plan::Tree(t) = r.plan else { panic!() };
+        assert!(
+            t.layout.keys > 29_791 && t.layout.keys < 923_521,
+            "{}",
+            t.layout.keys
+        );
+        assert!(t.layout.total_bytes <= (64 << 20) - 4096);
+    }
+
+    #[test]
+    fn every_bad_parameter_is_refused_with_its_field_and_numbers() {
+        let gib = 1u64 << 30;
+        // Depth 6 needs 31^5+1 keys = over 2 GB.
+        let e = refused(&parse(", \"depth\": 6").unwrap(), 512 << 20);
+        assert_eq!(e.field, "depth");
+        assert!(
+            e.reason.contains("536866816") && e.reason.contains("31^5"),
+            "{e}"
+        );
+        let e = refused(&parse(", \"depth\": 11").unwrap(), gib);
+        assert_eq!(e.field, "depth");
+        assert_eq!(
+            refused(&parse(", \"depth\": 0").unwrap(), gib).field,
+            "depth"
+        );
+        assert_eq!(
+            refused(&parse(", \"threads\": 0").unwrap(), gib).field,
+            "threads"
+        );
+        let e = refused(
+            &parse(", \"engine\": \"io-uring\", \"batch\": 0").unwrap(),
+            gib,
+        );
+        assert_eq!(e.field, "batch");
+        let e = refused(&parse(", \"node_size\": 1000").unwrap(), gib);
+        assert!(e.field == "node_size" && e.reason.contains("1000"), "{e}");
+        assert_eq!(
+            refused(&parse(", \"node_size\": 256").unwrap(), gib).field,
+            "node_size"
+        );
+        let e = parse(", \"engine\": \"spdk\"").unwrap_err();
+        assert!(e.contains("spdk") && e.contains("io-uring"), "{e}");
+        let e = refused(&parse(", \"depth\": 2, \"keys\": 962").unwrap(), gib);
+        assert!(e.field == "keys" && e.reason.contains("961"), "{e}");
+        let e = refused(&parse(", \"depth\": 3, \"keys\": 29000").unwrap(), 1 << 20);
+        assert!(e.field == "keys" && e.reason.contains("bytes"), "{e}");
+        assert_eq!(
+            refused(&parse(", \"batch\": 4").unwrap(), gib).field,
+            "batch"
+        );
+        assert_eq!(
+            refused(&parse(", \"sqpoll\": true").unwrap(), gib).field,
+            "sqpoll"
+        );
+        let both = ", \"engine\": \"read\", \"engines\": [\"read\"]";
+        assert_eq!(refused(&parse(both).unwrap(), gib).field, "engines");
+        let twice = ", \"engines\": [\"read\", \"read\"]";
+        assert_eq!(refused(&parse(twice).unwrap(), gib).field, "engines");
+        let fio = ", \"engine\": \"io-uring\", \"compare_with_fio\": true";
+        assert_eq!(refused(&parse(fio).unwrap(), gib).field, "compare_with_fio");
+        let e = parse(", \"depht\": 3").unwrap_err();
+        assert!(e.contains("depht"), "{e}");
+        let mut p = parse("").unwrap();
+        p.device = "nope".into();
+        assert_eq!(refused(&p, gib).field, "device");
+        // 512 B nodes cannot be read with O_DIRECT on a 4 KiB-sector device.
+        let e = parse("")
+            .unwrap()
+            .validate(&devices(gib, 4096))
+            .unwrap_err();
+        assert!(e.field == "node_size" && e.reason.contains("4096"), "{e}");
+    }
+
+    #[test]
+    fn explicit_keys_allow_deep_trees_on_small_devices() {
+        let p = parse(", \"depth\": 10, \"keys\": 1000").unwrap();
+        assert!(p.validate(&devices(1 << 20, 512)).is_ok());
+        let s = parse(
+            ", \"mode\": \"synthetic\", \"depth\": 10, \"engine\": \"io_uring\", \"batch\": 8",
+        )
+        .unwrap();
+        assert!(s.validate(&devices(1 << 20, 512)).is_ok());
+        let bad = parse(", \"mode\": \"synthetic\", \"keys\": 5").unwrap();
+        assert_eq!(refused(&bad, 1 << 20).field, "keys");
+    }
+}
