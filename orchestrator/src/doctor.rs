@@ -247,7 +247,7 @@ fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::Pr
         devices: vec![],
         nics: vec![],
     };
-    crate::run::probe_boot(&config, accel::PROBE_TIMEOUT)
+    crate::run::probe_boot(&config, accel::probe_timeout())
 }
 
 pub fn render(findings: &[Finding]) -> String {

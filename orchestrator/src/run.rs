@@ -508,7 +508,7 @@ fn prepare_vm(
     let probe_config = config.clone();
     let mut probe = || {
         progress.event(Event::Stage("probing KVM with a real boot".into()));
-        probe_boot(&probe_config, accel::PROBE_TIMEOUT)
+        probe_boot(&probe_config, accel::probe_timeout())
     };
     let decision = accel::decide(requested, Path::new("/dev/kvm"), &cpuinfo, &mut probe)
         .map_err(|e| RunError::Setup(e.to_string()))?;

@@ -7,6 +7,7 @@
 pub mod btree;
 pub mod fault;
 pub mod fio;
+pub mod flight;
 pub mod randread;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,10 @@ pub enum Workload {
     Btree(btree::BtreeParams),
     /// fio from Debian, the peer check of the lookup engines.
     Fio(fio::FioParams),
+    /// Arrow Flight bulk transfer (DoGet/DoPut/DoExchange) via the testbed-flight binary.
+    FlightBulk(flight::FlightBulkParams),
+    /// Row protocols vs Flight SQL on a PostgreSQL table, via testbed-flight.
+    FlightQuery(flight::FlightQueryParams),
 }
 
 impl Workload {
@@ -37,6 +42,8 @@ impl Workload {
             Workload::Fault(_) => "fault",
             Workload::Btree(_) => "btree",
             Workload::Fio(_) => "fio",
+            Workload::FlightBulk(_) => "flight-bulk",
+            Workload::FlightQuery(_) => "flight-query",
         }
     }
 
@@ -48,6 +55,8 @@ impl Workload {
             Workload::Fault(_) => Ok(()),
             Workload::Btree(p) => p.validate(devices),
             Workload::Fio(p) => p.validate(devices),
+            Workload::FlightBulk(p) => p.validate(),
+            Workload::FlightQuery(p) => p.validate(),
         }
     }
 
@@ -58,6 +67,8 @@ impl Workload {
             Workload::Fault(_) => vec![],
             Workload::Btree(p) => vec![p.device.as_str()],
             Workload::Fio(p) => vec![p.device.as_str()],
+            Workload::FlightBulk(_) => vec![],
+            Workload::FlightQuery(_) => vec![],
         }
     }
 
@@ -67,6 +78,8 @@ impl Workload {
             Workload::Fault(p) => fault::run(p, ctx),
             Workload::Btree(p) => btree::run(p, ctx),
             Workload::Fio(p) => fio::run(p, ctx),
+            Workload::FlightBulk(p) => flight::run(p, ctx),
+            Workload::FlightQuery(p) => flight::run_query(p, ctx),
         }
     }
 }

@@ -139,6 +139,7 @@ pub struct Staging {
 impl Staging {
     pub fn new(cache_root: &Path, key: &str) -> Result<Self, KernelError> {
         let root = kernels_dir(cache_root);
+        remove_dead_staging(&root, key);
         let dir = root.join(format!(".tmp-{key}-{}", std::process::id()));
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
@@ -160,6 +161,24 @@ impl Staging {
             }
             Err(_) if self.target.join(META).is_file() => Ok(self.target.clone()),
             Err(e) => Err(KernelError::io(&self.target, e)),
+        }
+    }
+}
+
+/// Staging dirs of `key` left by processes that died (killed mid-build).
+fn remove_dead_staging(root: &Path, key: &str) {
+    let prefix = format!(".tmp-{key}-");
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            // Best effort: a leftover is harmless, only wasted space.
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }

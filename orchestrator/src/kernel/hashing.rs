@@ -21,10 +21,6 @@ pub fn sha256_file(path: &Path) -> Result<String, KernelError> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-pub fn sha256_bytes(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
-}
-
 /// Hash of labelled parts; labels and lengths keep part boundaries unambiguous.
 #[derive(Default)]
 pub struct KeyHasher(Sha256);
@@ -48,6 +44,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn file_hash_is_sha256() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&p).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
     fn key_parts_are_not_ambiguous() {
         let a = KeyHasher::default()
             .part("x", b"ab")
@@ -58,9 +65,5 @@ mod tests {
             .part("y", b"bc")
             .finish();
         assert_ne!(a, b);
-        assert_eq!(
-            sha256_bytes(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
     }
 }

@@ -184,6 +184,86 @@ mod tests {
         assert!(select(Path::new("usr/share/doc/x/changelog.gz")).is_none());
     }
 
+    /// A .deb as dpkg-deb lays it out, with an xz- and a zstd-compressed module.
+    fn fake_deb(path: &Path, module: &[u8]) {
+        use std::io::Write;
+        let mut xz = xz2::write::XzEncoder::new(Vec::new(), 6);
+        xz.write_all(module).unwrap();
+        let ko_xz = xz.finish().unwrap();
+        let ko_zst = zstd::encode_all(module, 3).unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        for (name, data) in [
+            ("./boot/vmlinuz-1.0-t", &b"kernel"[..]),
+            ("./boot/config-1.0-t", b"CONFIG_X=y\n"),
+            (
+                "./lib/modules/1.0-t/modules.builtin",
+                b"kernel/drivers/nvme/host/nvme.ko\n",
+            ),
+            ("./lib/modules/1.0-t/kernel/a.ko.xz", &ko_xz),
+            ("./lib/modules/1.0-t/kernel/b-c.ko.zst", &ko_zst),
+            ("./usr/share/doc/linux/changelog", b"skip me"),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            tar.append_data(&mut h, name, data).unwrap();
+        }
+        let data_tar = tar.into_inner().unwrap();
+        let mut xz = xz2::write::XzEncoder::new(Vec::new(), 6);
+        xz.write_all(&data_tar).unwrap();
+        let data_xz = xz.finish().unwrap();
+        let mut ar = ar::Builder::new(std::fs::File::create(path).unwrap());
+        for (name, data) in [
+            ("debian-binary", &b"2.0\n"[..]),
+            ("control.tar.xz", b""),
+            ("data.tar.xz", &data_xz),
+        ] {
+            let header = ar::Header::new(name.as_bytes().to_vec(), data.len() as u64);
+            ar.append(&header, data).unwrap();
+        }
+    }
+
+    #[test]
+    fn unpacks_deb_and_decompresses_modules() {
+        let dir = tempfile::tempdir().unwrap();
+        let deb_path = dir.path().join("k.deb");
+        let module = b"\x7fELF pretend module".repeat(50);
+        fake_deb(&deb_path, &module);
+        let out = dir.path().join("out");
+        deb::unpack(&deb_path, &out, &select).unwrap();
+        let release = arrange_boot_files(&deb_path, &out).unwrap();
+        assert_eq!(release, "1.0-t");
+        assert_eq!(std::fs::read(out.join(BZIMAGE)).unwrap(), b"kernel");
+        assert!(out.join("config").is_file());
+        assert!(!out.join("boot").exists());
+        assert!(!out.join("usr").exists());
+        let kdir = out.join("modules/lib/modules/1.0-t/kernel");
+        assert_eq!(std::fs::read(kdir.join("a.ko")).unwrap(), module);
+        assert_eq!(std::fs::read(kdir.join("b-c.ko")).unwrap(), module);
+        assert!(!kdir.join("a.ko.xz").exists());
+    }
+
+    #[test]
+    fn deb_without_data_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty.deb");
+        let mut ar = ar::Builder::new(std::fs::File::create(&p).unwrap());
+        ar.append(
+            &ar::Header::new(b"debian-binary".to_vec(), 4),
+            &b"2.0\n"[..],
+        )
+        .unwrap();
+        drop(ar);
+        let err = deb::unpack(&p, dir.path(), &select)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("empty.deb") && err.contains("no data.tar"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn key_depends_on_every_pin_field() {
         let p = PackagePin {

@@ -156,8 +156,15 @@ pub fn probe_outcome(started: Instant, outcome: Result<(), String>) -> ProbeResu
     }
 }
 
-/// Default time a KVM probe boot may take (a KVM boot takes about a second).
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Time a KVM probe boot may take (a KVM boot takes about a second):
+/// $TESTBED_KVM_PROBE_TIMEOUT seconds, default 20.
+pub fn probe_timeout() -> Duration {
+    std::env::var("TESTBED_KVM_PROBE_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| *v > 0.0)
+        .map_or(Duration::from_secs(20), Duration::from_secs_f64)
+}
 
 #[cfg(test)]
 mod tests {

@@ -118,12 +118,30 @@ pub fn kill_all() {
 }
 
 /// QEMU's version line, e.g. "QEMU emulator version 7.2.19 (Debian ...)".
+/// Gives up after 5 s: a broken QEMU must not hang the testbed.
 pub fn qemu_version(qemu: &Path) -> Option<String> {
-    let out = Command::new(qemu).arg("--version").output().ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .map(str::to_string)
+    let mut child = Command::new(qemu)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
+    out.lines().next().map(str::to_string)
 }
 
 /// The last `n` lines of a text file (console logs), lossily decoded.

@@ -23,12 +23,16 @@ pub use params::{BtreeParams, BuildPolicy, Engine, Mode};
 
 use std::collections::BTreeMap;
 
-use super::fio::{Amount, FioJob, FioRw, run_fio};
+use super::fio::{self, Amount, FioJob, FioRw, run_fio};
 use super::{JobContext, Summary, WorkloadError};
 use cpu::{GuestCpu, process_cpu};
 use engine_uring::UringOptions;
 use lookup::Plan;
-use runner::{RunConfig, engine_wall_s, run_threads, schedule};
+use runner::{RunConfig, ThreadOutcome, engine_wall_s, run_threads, schedule};
+
+/// fio I/Os per job when the spec does not say: enough that fio's
+/// millisecond runtime resolution does not matter.
+const MIN_FIO_IOS: u64 = 2000;
 
 pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
     let dev = ctx.device(&p.device)?.clone();
@@ -52,12 +56,18 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
     }
 
     let engines = p.engine_list();
+    let peers = if p.compare_with_fio { p.fio_rounds } else { 0 };
     let blocks = schedule(
         engines.len(),
         p.warmup_lookups,
         p.lookups_per_thread,
         p.interleave_block,
+        peers,
     );
+    let fio_job = p
+        .compare_with_fio
+        .then(|| fio_job(p, plan, &path, ctx.seed));
+    let peer = fio_job.as_ref().map(|job| move || run_fio(job));
     let cfg = RunConfig {
         path: &path,
         plan,
@@ -71,6 +81,9 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         schedule: &blocks,
         sample_every: p.sample_every,
         seed: ctx.seed,
+        peer: peer
+            .as_ref()
+            .map(|f| f as &(dyn Fn() -> Result<fio::FioReport, WorkloadError> + Sync)),
     };
     let (proc0, guest0) = (process_cpu(), GuestCpu::read());
     let outcomes = run_threads(&cfg)?;
@@ -81,15 +94,15 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
 
     report::emit_samples(ctx, &engines, &outcomes);
     let walls = engine_wall_s(&blocks, &outcomes, engines.len());
-    let mut ios_per_s = BTreeMap::new();
+    let mut numbers = BTreeMap::new();
     for (e, engine) in engines.iter().enumerate() {
         let prefix = if engines.len() == 1 {
             ""
         } else {
             engine.name()
         };
-        let r = report::summarise_engine(prefix, e, plan, &outcomes, walls[e], &mut summary);
-        ios_per_s.insert(*engine, r);
+        let n = report::summarise_engine(prefix, e, plan, &outcomes, walls[e], &mut summary);
+        numbers.insert(*engine, n);
     }
     put_job_keys(p, plan, &engines, &mut summary);
     summary.insert("process_cpu_user_s".into(), proc_cpu.user_s.into());
@@ -98,10 +111,9 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         summary.insert("guest_cpu_busy_s".into(), busy.into());
         summary.insert("guest_cpu_total_s".into(), total.into());
     }
-
     if p.compare_with_fio {
-        let read_iops = ios_per_s.get(&Engine::Read).copied().unwrap_or(0.0);
-        compare_with_fio(p, plan, &path, read_iops, ctx, &mut summary)?;
+        let read = numbers.get(&Engine::Read).copied().unwrap_or_default();
+        put_fio_comparison(&outcomes, read, ctx, &mut summary);
     }
     Ok(summary)
 }
@@ -109,7 +121,9 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
 fn put_job_keys(p: &BtreeParams, plan: &Plan, engines: &[Engine], summary: &mut Summary) {
     let names: Vec<&str> = engines.iter().map(|e| e.name()).collect();
     summary.insert("engines".into(), names.into());
+    summary.insert("mode".into(), format!("{:?}", p.mode).to_lowercase().into());
     summary.insert("depth".into(), p.depth.into());
+    summary.insert("node_size".into(), p.node_size.into());
     summary.insert("threads".into(), p.threads.into());
     summary.insert("batch".into(), p.batch.into());
     summary.insert(
@@ -123,25 +137,18 @@ fn put_job_keys(p: &BtreeParams, plan: &Plan, engines: &[Engine], summary: &mut 
     );
 }
 
-/// Runs fio QD1 random reads of one node over the region the lookups read
-/// (the tree image, or the whole device for chains) with one job per
-/// thread, and records the read engine's I/O rate as a ratio to fio's.
-fn compare_with_fio(
-    p: &BtreeParams,
-    plan: &Plan,
-    path: &str,
-    read_ios_per_s: f64,
-    ctx: &JobContext,
-    summary: &mut Summary,
-) -> Result<(), WorkloadError> {
+/// The peer: fio QD1 random reads of one node over the region the lookups
+/// read (the tree image, or the whole device for chains), one job per
+/// thread, split into `fio_rounds` segments.
+fn fio_job(p: &BtreeParams, plan: &Plan, path: &str, seed: u64) -> FioJob {
     let (size, align) = match plan {
         Plan::Tree(t) => (Some(t.layout.total_bytes), p.node_size),
         Plan::Synthetic(_) => (None, synthetic::CHAIN_ALIGN as u32),
     };
-    let ios = p
+    let total = p
         .fio_ios
-        .unwrap_or(p.lookups_per_thread * u64::from(plan.ios_per_lookup()));
-    let job = FioJob {
+        .unwrap_or((p.lookups_per_thread * u64::from(plan.ios_per_lookup())).max(MIN_FIO_IOS));
+    FioJob {
         path: path.to_string(),
         block_size: p.node_size,
         align,
@@ -149,23 +156,49 @@ fn compare_with_fio(
         iodepth: 1,
         numjobs: p.threads,
         ioengine: "psync".into(),
+        clocksource: fio::FioClock::ClockGettime,
         size,
-        amount: Amount::Ios(ios),
-        seed: ctx.seed,
+        amount: Amount::Ios(total.div_ceil(u64::from(p.fio_rounds.max(1)))),
+        seed,
+    }
+}
+
+/// fio's segments folded into one report, and the read engine's I/O rate
+/// and per-I/O latency as ratios to fio's.
+fn put_fio_comparison(
+    outcomes: &[ThreadOutcome],
+    read: report::EngineNumbers,
+    ctx: &JobContext,
+    summary: &mut Summary,
+) {
+    let segments = outcomes
+        .first()
+        .map_or(&[][..], |o| o.peer_reports.as_slice());
+    for (i, r) in segments.iter().enumerate() {
+        let tags = BTreeMap::from([
+            ("engine".to_string(), "fio".to_string()),
+            ("segment".to_string(), i.to_string()),
+        ]);
+        r.emit(ctx, &tags);
+    }
+    let by_segment: Vec<f64> = segments.iter().map(|r| r.iops).collect();
+    summary.insert("fio.iops_by_segment".into(), by_segment.into());
+    let Some(fio) = fio::combine(segments) else {
+        return;
     };
-    let report = run_fio(&job)?;
-    report.emit(
-        ctx,
-        &BTreeMap::from([("engine".to_string(), "fio".to_string())]),
-    );
-    report.add_to("fio.", summary);
-    if report.iops > 0.0 {
+    fio.add_to("fio.", summary);
+    if fio.iops > 0.0 {
         summary.insert(
             "read_vs_fio_iops_ratio".into(),
-            (read_ios_per_s / report.iops).into(),
+            (read.ios_per_s / fio.iops).into(),
         );
     }
-    Ok(())
+    if fio.lat_mean_ns > 0.0 {
+        summary.insert(
+            "read_vs_fio_latency_ratio".into(),
+            (read.hop_mean_ns / fio.lat_mean_ns).into(),
+        );
+    }
 }
 
 #[cfg(test)]

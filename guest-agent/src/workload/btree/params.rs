@@ -105,13 +105,17 @@ pub struct BtreeParams {
     /// device) instead of the raw namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
-    /// After the lookups, run fio 512 B randread QD1 on the same region and
-    /// report `read_vs_fio_iops_ratio`.
+    /// Interleave fio randread QD1 (one job per thread, node-sized reads of
+    /// the same region) with the lookups and report `read_vs_fio_iops_ratio`.
     #[serde(default)]
     pub compare_with_fio: bool,
-    /// I/Os per fio job; default: as many as the read engine made per thread.
+    /// fio I/Os per job over all rounds; default: what the read engine did
+    /// per thread, at least 2000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fio_ios: Option<u64>,
+    /// fio runs in this many segments spread between the lookup blocks.
+    #[serde(default = "default_fio_rounds")]
+    pub fio_rounds: u32,
 }
 
 fn default_depth() -> u32 {
@@ -134,6 +138,9 @@ fn default_warmup() -> u64 {
 }
 fn default_block() -> u64 {
     100
+}
+fn default_fio_rounds() -> u32 {
+    4
 }
 
 /// What the run needs beyond the parameters: the plan and where it lives.
@@ -224,6 +231,7 @@ impl BtreeParams {
                 self.interleave_block,
                 "lookups per engine turn",
             ),
+            ("fio_rounds", u64::from(self.fio_rounds), "fio segments"),
         ];
         for (field, v, what) in positive {
             if v == 0 {
@@ -486,6 +494,20 @@ mod tests {
             .validate(&devices(gib, 4096))
             .unwrap_err();
         assert!(e.field == "node_size" && e.reason.contains("4096"), "{e}");
+    }
+
+    #[test]
+    fn job_json_roundtrips_through_the_workload_enum() {
+        use crate::workload::Workload;
+        let p =
+            parse(", \"engines\": [\"read\", \"io_uring\"], \"batch\": 4, \"keys\": 77").unwrap();
+        let w = Workload::Btree(p);
+        let text = serde_json::to_string(&w).unwrap();
+        assert!(
+            text.contains("\"kind\":\"btree\"") && text.contains("io-uring"),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Workload>(&text).unwrap(), w);
     }
 
     #[test]

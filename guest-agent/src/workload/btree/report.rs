@@ -43,8 +43,14 @@ pub fn emit_samples(ctx: &JobContext, engines: &[Engine], outcomes: &[ThreadOutc
     }
 }
 
-/// Summary of engine `e` (index into the job's engines) under `prefix`;
-/// returns its I/Os per second.
+/// Headline numbers of one engine, for comparisons.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineNumbers {
+    pub ios_per_s: f64,
+    pub hop_mean_ns: f64,
+}
+
+/// Summary of engine `e` (index into the job's engines) under `prefix`.
 pub fn summarise_engine(
     prefix: &str,
     e: usize,
@@ -52,7 +58,7 @@ pub fn summarise_engine(
     outcomes: &[ThreadOutcome],
     wall_s: f64,
     summary: &mut Summary,
-) -> f64 {
+) -> EngineNumbers {
     let tallies: Vec<_> = outcomes.iter().filter_map(|o| o.tallies.get(e)).collect();
     let all: Vec<f64> = tallies
         .iter()
@@ -96,6 +102,7 @@ pub fn summarise_engine(
             }
         }
     }
+    let hop_mean_ns = overall.as_ref().map_or(0.0, Histogram::mean);
     if let Some(o) = overall {
         put(summary, key(prefix, "hop_latency_mean_ns"), o.mean());
         put(
@@ -110,7 +117,10 @@ pub fn summarise_engine(
         .fold((0.0, 0.0), |(u, s), t| (u + t.cpu.user_s, s + t.cpu.sys_s));
     put(summary, key(prefix, "cpu_user_s"), user);
     put(summary, key(prefix, "cpu_sys_s"), sys);
-    ios_per_s
+    EngineNumbers {
+        ios_per_s,
+        hop_mean_ns,
+    }
 }
 
 /// The subsampling rule, in words, for the summary.

@@ -1,8 +1,9 @@
 //! Runs the lookup threads. Every thread follows the same schedule of blocks
-//! (warm-up per engine, then measured blocks round-robin over the engines);
-//! a barrier starts each block on all threads at once, so with several
-//! engines only one engine runs at a time and each engine's wall time is the
-//! sum of its blocks' spans.
+//! (warm-up per engine, then measured blocks round-robin over the engines,
+//! optionally with peer (fio) blocks in between); a barrier starts each
+//! block on all threads at once, so only one engine (or fio) runs at a time
+//! and each engine's wall time is the sum of its blocks' spans. Interleaving
+//! matters: results drift 10-15 % between boots and within a busy host.
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,40 +19,65 @@ use super::lookup::Plan;
 use super::params::Engine;
 use super::recorder::Recorder;
 use crate::workload::WorkloadError;
+use crate::workload::fio::FioReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
-    /// Index into the job's engine list.
-    pub engine: usize,
-    pub lookups: u64,
-    pub measured: bool,
+pub enum Block {
+    /// Unmeasured lookups of engine `engine` (index into the job's engines).
+    Warmup {
+        engine: usize,
+        lookups: u64,
+    },
+    Measure {
+        engine: usize,
+        lookups: u64,
+    },
+    /// Thread 0 runs the peer (fio) while the others wait.
+    Peer,
+    /// A peer run whose report is dropped: a freshly started fio is slow at
+    /// first (page faults; under TCG, code not yet translated).
+    PeerWarmup,
 }
 
-/// Warm-up blocks first, then measured blocks of at most `block` lookups,
-/// round-robin until each engine has done `lookups`.
-pub fn schedule(engines: usize, warmup: u64, lookups: u64, block: u64) -> Vec<Block> {
+/// Warm-up blocks first (and one peer warm-up if there are peers), then
+/// rounds of one measured block (at most `block` lookups) per engine until
+/// each engine has done `lookups`, with `peers` peer blocks spread evenly
+/// after the rounds.
+pub fn schedule(engines: usize, warmup: u64, lookups: u64, block: u64, peers: u32) -> Vec<Block> {
     let mut out: Vec<Block> = (0..engines)
         .filter(|_| warmup > 0)
-        .map(|engine| Block {
+        .map(|engine| Block::Warmup {
             engine,
             lookups: warmup,
-            measured: false,
         })
         .collect();
-    // One engine needs no interleaving: one block keeps it simple to read.
-    let block = if engines == 1 { lookups } else { block.max(1) };
+    if peers > 0 {
+        out.push(Block::PeerWarmup);
+    }
+    // One engine needs no interleaving, except with the peer.
+    let block = match (engines, peers) {
+        (1, 0) => lookups,
+        (1, p) => lookups.div_ceil(u64::from(p)),
+        _ => block,
+    }
+    .max(1);
+    let rounds = lookups.div_ceil(block);
+    let peers = u64::from(peers);
     let mut left = lookups;
-    while left > 0 {
+    for round in 0..rounds {
         let n = left.min(block);
-        out.extend((0..engines).map(|engine| Block {
-            engine,
-            lookups: n,
-            measured: true,
-        }));
+        out.extend((0..engines).map(|engine| Block::Measure { engine, lookups: n }));
         left -= n;
+        // A peer block whenever the even spread of `peers` over `rounds` steps.
+        if (round + 1) * peers / rounds > round * peers / rounds {
+            out.push(Block::Peer);
+        }
     }
     out
 }
+
+/// The peer check run by thread 0 in `Block::Peer`.
+pub type Peer<'a> = &'a (dyn Fn() -> Result<FioReport, WorkloadError> + Sync);
 
 pub struct RunConfig<'a> {
     pub path: &'a str,
@@ -62,6 +88,7 @@ pub struct RunConfig<'a> {
     pub schedule: &'a [Block],
     pub sample_every: u64,
     pub seed: u64,
+    pub peer: Option<Peer<'a>>,
 }
 
 /// What one engine did on one thread.
@@ -74,6 +101,8 @@ pub struct ThreadOutcome {
     pub tallies: Vec<EngineTally>,
     /// (start, end) of each measured block, by schedule index.
     pub spans: Vec<Option<(Instant, Instant)>>,
+    /// Reports of the peer blocks (thread 0 only), in order.
+    pub peer_reports: Vec<FioReport>,
 }
 
 enum Instance {
@@ -159,6 +188,7 @@ fn thread_main(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ (u64::from(t) << 32 | 0xb7ee));
     let mut spans = vec![None; cfg.schedule.len()];
+    let mut peer_reports = Vec::new();
     // Every thread waits at every block, even after a failure, so no thread
     // is left alone at a barrier.
     for (i, block) in cfg.schedule.iter().enumerate() {
@@ -166,17 +196,29 @@ fn thread_main(
         if failed.load(Ordering::SeqCst) {
             continue;
         }
-        let (inst, tally) = (&mut instances[block.engine], &mut tallies[block.engine]);
-        let outcome = if block.measured {
-            let cpu0 = thread_cpu();
-            let t0 = Instant::now();
-            let r = inst.run(cfg.plan, &mut rng, block.lookups, &mut tally.rec);
-            spans[i] = Some((t0, Instant::now()));
-            tally.cpu.add(thread_cpu().since(cpu0));
-            r
-        } else {
-            Recorder::new(hops, u64::MAX)
-                .and_then(|mut scratch| inst.run(cfg.plan, &mut rng, block.lookups, &mut scratch))
+        let outcome = match *block {
+            Block::Measure { engine, lookups } => {
+                let (inst, tally) = (&mut instances[engine], &mut tallies[engine]);
+                let cpu0 = thread_cpu();
+                let t0 = Instant::now();
+                let r = inst.run(cfg.plan, &mut rng, lookups, &mut tally.rec);
+                spans[i] = Some((t0, Instant::now()));
+                tally.cpu.add(thread_cpu().since(cpu0));
+                r
+            }
+            Block::Warmup { engine, lookups } => {
+                Recorder::new(hops, u64::MAX).and_then(|mut scratch| {
+                    instances[engine].run(cfg.plan, &mut rng, lookups, &mut scratch)
+                })
+            }
+            Block::Peer => match (t, cfg.peer) {
+                (0, Some(peer)) => peer().map(|r| peer_reports.push(r)),
+                _ => Ok(()),
+            },
+            Block::PeerWarmup => match (t, cfg.peer) {
+                (0, Some(peer)) => peer().map(drop),
+                _ => Ok(()),
+            },
         };
         if let Err(e) = outcome {
             note(e, &mut error);
@@ -184,7 +226,11 @@ fn thread_main(
     }
     match error {
         Some(e) => Err(e),
-        None => Ok(ThreadOutcome { tallies, spans }),
+        None => Ok(ThreadOutcome {
+            tallies,
+            spans,
+            peer_reports,
+        }),
     }
 }
 
@@ -192,12 +238,15 @@ fn thread_main(
 /// start to the last thread's end, summed.
 pub fn engine_wall_s(schedule: &[Block], outcomes: &[ThreadOutcome], engines: usize) -> Vec<f64> {
     let mut wall = vec![0.0; engines];
-    for (i, block) in schedule.iter().enumerate().filter(|(_, b)| b.measured) {
+    for (i, block) in schedule.iter().enumerate() {
+        let Block::Measure { engine, .. } = *block else {
+            continue;
+        };
         let spans = outcomes.iter().filter_map(|o| o.spans[i]);
         let start = spans.clone().map(|s| s.0).min();
         let end = spans.map(|s| s.1).max();
         if let (Some(a), Some(b)) = (start, end) {
-            wall[block.engine] += b.duration_since(a).as_secs_f64();
+            wall[engine] += b.duration_since(a).as_secs_f64();
         }
     }
     wall
@@ -207,34 +256,58 @@ pub fn engine_wall_s(schedule: &[Block], outcomes: &[ThreadOutcome], engines: us
 mod tests {
     use super::*;
 
+    fn m(engine: usize, lookups: u64) -> Block {
+        Block::Measure { engine, lookups }
+    }
+
     #[test]
     fn schedule_interleaves_measured_blocks() {
-        let s = schedule(2, 5, 250, 100);
-        let shape: Vec<(usize, u64, bool)> = s
-            .iter()
-            .map(|b| (b.engine, b.lookups, b.measured))
-            .collect();
+        let s = schedule(2, 5, 250, 100, 0);
+        let w = |engine| Block::Warmup { engine, lookups: 5 };
         assert_eq!(
-            shape,
+            s,
             vec![
-                (0, 5, false),
-                (1, 5, false),
-                (0, 100, true),
-                (1, 100, true),
-                (0, 100, true),
-                (1, 100, true),
-                (0, 50, true),
-                (1, 50, true),
+                w(0),
+                w(1),
+                m(0, 100),
+                m(1, 100),
+                m(0, 100),
+                m(1, 100),
+                m(0, 50),
+                m(1, 50)
             ]
         );
-        let single = schedule(1, 0, 250, 100);
+        assert_eq!(schedule(1, 0, 250, 100, 0), vec![m(0, 250)]);
+    }
+
+    #[test]
+    fn peer_blocks_are_spread_between_rounds() {
+        let (p, pw) = (Block::Peer, Block::PeerWarmup);
         assert_eq!(
-            single,
-            vec![Block {
-                engine: 0,
-                lookups: 250,
-                measured: true
-            }]
+            schedule(1, 0, 300, 100, 3),
+            vec![pw, m(0, 100), p, m(0, 100), p, m(0, 100), p]
+        );
+        let s = schedule(2, 0, 400, 100, 2);
+        assert_eq!(
+            s,
+            vec![
+                pw,
+                m(0, 100),
+                m(1, 100),
+                m(0, 100),
+                m(1, 100),
+                p,
+                m(0, 100),
+                m(1, 100),
+                m(0, 100),
+                m(1, 100),
+                p
+            ]
+        );
+        // More peers than rounds: one per round.
+        assert_eq!(
+            schedule(2, 0, 100, 100, 4),
+            vec![pw, m(0, 100), m(1, 100), p]
         );
     }
 }

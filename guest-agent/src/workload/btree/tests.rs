@@ -255,16 +255,35 @@ fn compare_with_fio_reports_the_ratio() {
         return;
     }
     let f = fixture();
-    let s = run_ok(
-        &f,
-        params(", \"depth\": 1, \"compare_with_fio\": true, \"fio_ios\": 400"),
-    );
+    let p = ", \"depth\": 1, \"compare_with_fio\": true, \"fio_ios\": 400, \"threads\": 2";
+    let s = run_ok(&f, params(p));
     let ratio = num(&s, "read_vs_fio_iops_ratio");
     assert!(ratio > 0.0 && ratio.is_finite(), "{ratio}");
-    assert_eq!(num(&s, "fio.total_ios"), 400.0);
+    assert!(num(&s, "read_vs_fio_latency_ratio") > 0.0);
+    // Four segments of 100 I/Os per job, two jobs.
+    assert_eq!(s["fio.iops_by_segment"].as_array().unwrap().len(), 4);
+    assert_eq!(num(&s, "fio.total_ios"), 800.0);
+    let pct = chunks(&f, "fio_clat_percentile");
+    assert!(pct.iter().all(|c| c.tags["engine"] == "fio"));
+    let segments: std::collections::BTreeSet<_> =
+        pct.iter().map(|c| c.tags["segment"].clone()).collect();
+    assert_eq!(segments.len(), 4);
+    assert_eq!(num(&s, "verified_lookups"), 600.0);
+}
+
+#[test]
+fn the_tree_can_live_in_a_file_instead_of_the_namespace() {
+    let f = fixture();
+    let file = f._dir.path().join("fs").join("tree.img");
+    std::fs::create_dir(file.parent().unwrap()).unwrap();
+    let extra = format!(", \"file\": {:?}", file.to_string_lossy());
+    let s = run_ok(&f, params(&extra));
+    assert_eq!(num(&s, "verified_lookups"), 300.0);
+    // 7/8 of the 8 MiB device, leaving room for filesystem metadata.
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 7 << 20);
+    let raw = std::fs::read(&f.path).unwrap();
     assert!(
-        chunks(&f, "fio_clat_percentile")
-            .iter()
-            .all(|c| c.tags["engine"] == "fio")
+        raw.iter().all(|&b| b == 0),
+        "the raw namespace stays untouched"
     );
 }

@@ -147,15 +147,14 @@ pub fn report(dropped: &[Dropped], root: &Path) -> String {
                 format!("CONFIG_{}={}", r.symbol, r.value)
             };
             let got = if d.got == "n" {
-                "not set".to_string()
+                "it is not set in the final .config".to_string()
             } else {
-                format!("{}", d.got)
+                format!("the final .config has CONFIG_{}={}", r.symbol, d.got)
             };
             format!(
-                "  {asked} ({}:{}) but the final .config has {}: {}",
+                "  {asked} ({}:{}), but {got}: {}",
                 file.display(),
                 r.line,
-                got,
                 d.reason
             )
         })
@@ -215,7 +214,10 @@ mod tests {
     fn enclosing_if_is_a_dependency() {
         let rep = run("CONFIG_VIRTIO_PCI=y\n", "CONFIG_PCI=y\n");
         assert!(rep.contains("CONFIG_VIRTIO_PCI=y"), "{rep}");
-        assert!(rep.contains("missing dependency: VIRTIO_MENU (is not set)"), "{rep}");
+        assert!(
+            rep.contains("missing dependency: VIRTIO_MENU (is not set)"),
+            "{rep}"
+        );
         // Once the menu is on, nothing is reported.
         let ok = run(
             "CONFIG_VIRTIO_MENU=y\nCONFIG_VIRTIO_PCI=y\n",

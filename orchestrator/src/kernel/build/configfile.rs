@@ -36,7 +36,10 @@ pub fn parse_fragment(path: &Path, text: &str) -> Result<Vec<Request>, KernelErr
     for (i, raw) in text.lines().enumerate() {
         let trimmed = raw.trim();
         if let Some((symbol, value)) = parse_line(trimmed) {
-            if symbol.is_empty() || !symbol.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            if symbol.is_empty()
+                || !symbol
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
             {
                 return Err(bad_line(path, i + 1, raw));
             }
@@ -116,7 +119,10 @@ mod tests {
         let err = parse_fragment(Path::new("frag/x.config"), "CONFIG_A=y\nCONFG_B=y\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("frag/x.config") && err.contains("line 2"), "{err}");
+        assert!(
+            err.contains("frag/x.config") && err.contains("line 2"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -127,7 +127,10 @@ impl Parser<'_> {
                 }
                 "source" | "osource" | "rsource" | "orsource" => {
                     self.finish(&mut cur);
-                    let target = rest.trim().trim_matches('"').replace("$(SRCARCH)", self.srcarch);
+                    let target = rest
+                        .trim()
+                        .trim_matches('"')
+                        .replace("$(SRCARCH)", self.srcarch);
                     let target = if kw.starts_with('r') || kw == "orsource" {
                         rel.parent().unwrap_or(Path::new("")).join(target)
                     } else {
@@ -294,7 +297,10 @@ pub type Tri = u8;
 impl Expr {
     pub fn parse(text: &str) -> Expr {
         let toks = tokenize(text);
-        let mut p = ExprParser { toks: &toks, pos: 0 };
+        let mut p = ExprParser {
+            toks: &toks,
+            pos: 0,
+        };
         let e = p.or();
         if p.pos < toks.len() {
             Expr::Unknown(text.trim().to_string())
@@ -420,9 +426,7 @@ pub fn sym_value(s: &str, cfg: &BTreeMap<String, String>) -> String {
 }
 
 fn is_symbol(s: &str) -> bool {
-    !matches!(s, "y" | "m" | "n")
-        && !s.starts_with('"')
-        && !s.bytes().all(|b| b.is_ascii_digit())
+    !matches!(s, "y" | "m" | "n") && !s.starts_with('"') && !s.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn parse_num(s: &str) -> Option<i128> {
@@ -485,9 +489,7 @@ fn tokenize(text: &str) -> Vec<String> {
             i += 1;
         } else {
             let start = i;
-            while i < chars.len()
-                && !chars[i].is_whitespace()
-                && !"&|!=<>()\"'#".contains(chars[i])
+            while i < chars.len() && !chars[i].is_whitespace() && !"&|!=<>()\"'#".contains(chars[i])
             {
                 i += 1;
             }

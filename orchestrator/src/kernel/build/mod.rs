@@ -1,25 +1,199 @@
-//! Build a kernel from source (stub).
-use super::descriptor::{Descriptor, SourceBuild};
+//! Build a kernel from the pinned Debian source: unpack, patch, configure,
+//! check the config, `make bzImage`, and store the outputs in the cache.
+
+mod check;
+mod collect;
+mod configfile;
+mod configure;
+mod kconfig;
+mod key;
+mod patches;
+mod run;
+mod source;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use nix::fcntl::{Flock, FlockArg};
+
+pub use key::BuildKey;
+
+use super::cache::{self, Meta, Staging};
+use super::descriptor::{Descriptor, KIND_SOURCE_BUILD, SourceBuild};
+use super::hashing::sha256_file;
 use super::{KernelArtifact, KernelError};
-use std::path::Path;
-pub struct BuildKey {
-    pub key: String,
+
+/// Kbuild's architecture names for x86-64 guests.
+const ARCH: &str = "x86_64";
+pub const SRCARCH: &str = "x86";
+
+/// `make ARCH=x86_64 <args>`.
+fn make(args: &[&str]) -> Command {
+    let mut c = Command::new("make");
+    c.arg(format!("ARCH={ARCH}")).args(args);
+    c
 }
-pub fn key(_c: &Path, d: &Descriptor, _s: &SourceBuild) -> Result<BuildKey, KernelError> {
-    Err(KernelError::Descriptor {
-        path: d.path.clone(),
-        message: "todo".into(),
-    })
+
+pub fn key(
+    configs_dir: &Path,
+    desc: &Descriptor,
+    sb: &SourceBuild,
+) -> Result<BuildKey, KernelError> {
+    key::compute(configs_dir, desc, sb)
 }
+
 pub fn build(
-    _c: &Path,
-    d: &Descriptor,
-    _s: &SourceBuild,
-    _r: &Path,
-    _p: &dyn Fn(&str),
+    configs_dir: &Path,
+    desc: &Descriptor,
+    sb: &SourceBuild,
+    cache_root: &Path,
+    progress: &dyn Fn(&str),
 ) -> Result<KernelArtifact, KernelError> {
-    Err(KernelError::Descriptor {
-        path: d.path.clone(),
-        message: "todo".into(),
+    let k = key::compute(configs_dir, desc, sb)?;
+    if let Some(a) = cache::load_entry(cache_root, &k.key)? {
+        return Ok(a);
+    }
+    let work_root = cache_root.join("kernel-work");
+    std::fs::create_dir_all(&work_root).map_err(|e| KernelError::io(&work_root, e))?;
+    let _lock = lock(&work_root.join(format!("{}.lock", k.key)), progress)?;
+    // Another process may have finished it while we waited.
+    if let Some(a) = cache::load_entry(cache_root, &k.key)? {
+        return Ok(a);
+    }
+    let started = Instant::now();
+    let work = work_root.join(&k.key);
+    if work.exists() {
+        std::fs::remove_dir_all(&work).map_err(|e| KernelError::io(&work, e))?;
+    }
+    std::fs::create_dir_all(&work).map_err(|e| KernelError::io(&work, e))?;
+    let log = work.join("build.log");
+
+    let tarball = source::tarball(cache_root, desc, &sb.source, progress)?;
+    progress(&format!("unpacking {}", tarball.display()));
+    let tree = source::unpack(&tarball, &work, &log)?;
+    for p in &k.patches {
+        progress(&format!("applying {}", p.display()));
+        patches::apply(&tree, p)?;
+    }
+    let requests = configure::requests(&k.fragments)?;
+    configure::configure(
+        &tree,
+        &sb.base,
+        &requests,
+        configs_dir,
+        &desc.path,
+        &log,
+        progress,
+    )?;
+
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    progress(&format!(
+        "building bzImage with {jobs} jobs (log: {})",
+        log.display()
+    ));
+    let mut kb = run::KbuildProgress::new(progress);
+    run::run(
+        make(&[&format!("-j{jobs}"), "bzImage"])
+            .env("KBUILD_BUILD_USER", "testbed")
+            // Shows in /proc/version: ties a booted kernel to its cache key.
+            .env("KBUILD_BUILD_HOST", &k.key[..16]),
+        &tree,
+        &log,
+        &mut |l| kb.line(l),
+    )?;
+
+    let staging = Staging::new(cache_root, &k.key)?;
+    collect::collect(&tree, &staging.dir, &log, progress)?;
+    let release_file = tree.join("include/config/kernel.release");
+    let release = std::fs::read_to_string(&release_file)
+        .map_err(|e| KernelError::io(&release_file, e))?
+        .trim()
+        .to_string();
+    let config_sha256 = Some(sha256_file(&staging.dir.join("config"))?);
+    let patch_names: Vec<String> = k.patches.iter().map(|p| file_name(p)).collect();
+    let seconds = started.elapsed().as_secs();
+    let mut description = format!(
+        "{} {} ({}) + {}",
+        sb.source.package,
+        sb.source.version,
+        sb.base,
+        sb.fragments.join(" + ")
+    );
+    if let Some(series) = &sb.patch_series {
+        description.push_str(&format!(", patches {series} ({})", patch_names.len()));
+    }
+    let inputs = [
+        ("source_package", sb.source.package.clone()),
+        ("source_version", sb.source.version.clone()),
+        ("source_sha256", sb.source.sha256.clone()),
+        ("base", sb.base.clone()),
+        ("fragments", sb.fragments.join(",")),
+        ("patch_series", sb.patch_series.clone().unwrap_or_default()),
+        ("gcc", k.gcc.clone()),
+        ("pahole", k.pahole.clone()),
+        ("build_seconds", seconds.to_string()),
+        ("kbuild_steps", kb.steps().to_string()),
+    ];
+    let meta = Meta {
+        name: desc.name.clone(),
+        key: k.key.clone(),
+        kind: KIND_SOURCE_BUILD.into(),
+        release,
+        description,
+        config_sha256,
+        patches: patch_names,
+        has_modules: false,
+        modules: desc.modules.clone(),
+        inputs: inputs
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), serde_json::Value::String(b)))
+            .collect(),
+        created_unix: cache::now_unix(),
+    };
+    meta.write(&staging.dir)?;
+    let _ = std::fs::copy(&log, staging.dir.join("build.log"));
+    let dir = staging.commit()?;
+    progress(&format!(
+        "built kernel {} in {seconds} s, cached at {}",
+        desc.name,
+        dir.display()
+    ));
+    // The tree is large and fully captured by the key; failed builds keep theirs.
+    if let Err(e) = std::fs::remove_dir_all(&work) {
+        progress(&format!("could not remove {}: {e}", work.display()));
+    }
+    cache::load_entry(cache_root, &k.key)?.ok_or_else(|| KernelError::CacheDamaged {
+        dir,
+        message: "entry vanished right after it was written".into(),
     })
+}
+
+/// One build per key at a time; a second process waits, then finds it cached.
+fn lock(path: &Path, progress: &dyn Fn(&str)) -> Result<Flock<std::fs::File>, KernelError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| KernelError::io(path, e))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(l),
+        Err((file, _)) => {
+            progress(&format!(
+                "waiting for another build of this kernel (lock {})",
+                path.display()
+            ));
+            Flock::lock(file, FlockArg::LockExclusive)
+                .map_err(|(_, e)| KernelError::io(path, std::io::Error::from(e)))
+        }
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(PathBuf::from)
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
 }

@@ -47,7 +47,13 @@ pub fn apply(tree: &Path, patch: &Path) -> Result<(), KernelError> {
 
 fn run_patch(tree: &Path, patch: &Path, text: &str, dry_run: bool) -> Result<(), KernelError> {
     let mut cmd = Command::new("patch");
-    cmd.args(["-p1", "--forward", "--batch", "--fuzz=0", "--no-backup-if-mismatch"]);
+    cmd.args([
+        "-p1",
+        "--forward",
+        "--batch",
+        "--fuzz=0",
+        "--no-backup-if-mismatch",
+    ]);
     if dry_run {
         cmd.arg("--dry-run");
     }
@@ -105,7 +111,10 @@ pub fn explain(output: &str, patch_text: &str) -> String {
             // The lines after quote the diff header; take the target path from it.
             let mut target = String::from("(unknown)");
             while let Some(next) = lines.peek() {
-                if let Some(p) = next.strip_prefix("|+++ ").or_else(|| next.strip_prefix("|--- ")) {
+                if let Some(p) = next
+                    .strip_prefix("|+++ ")
+                    .or_else(|| next.strip_prefix("|--- "))
+                {
                     target = strip_one(p);
                 }
                 if next.starts_with("No file to patch") || next.starts_with("File to patch") {
@@ -115,7 +124,9 @@ pub fn explain(output: &str, patch_text: &str) -> String {
             }
             problems.push(format!("file {target} does not exist in the source tree"));
         } else if line.starts_with("Reversed (or previously applied) patch detected") {
-            problems.push(format!("file {file}: already applied (reversed patch detected)"));
+            problems.push(format!(
+                "file {file}: already applied (reversed patch detected)"
+            ));
         } else if let Some(msg) = line.strip_prefix("patch: **** ") {
             problems.push(msg.to_string());
         }
@@ -135,7 +146,9 @@ fn hunk_headers(text: &str) -> BTreeMap<String, Vec<String>> {
         if let Some(p) = line.strip_prefix("+++ ") {
             file = strip_one(p);
         } else if line.starts_with("@@ ") {
-            out.entry(file.clone()).or_default().push(line.trim().to_string());
+            out.entry(file.clone())
+                .or_default()
+                .push(line.trim().to_string());
         }
     }
     out
@@ -160,7 +173,8 @@ mod tests {
         dir
     }
 
-    const GOOD: &str = "--- a/src/a.txt\n+++ b/src/a.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n";
+    const GOOD: &str =
+        "--- a/src/a.txt\n+++ b/src/a.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n";
     /// Hunk 1 applies; hunk 2 expects text that is not there.
     const BAD: &str = "--- a/src/a.txt\n+++ b/src/a.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n@@ -7,3 +7,3 @@ context\n seven\n-EIGHT\n+8\n nine\n";
 
@@ -209,12 +223,22 @@ mod tests {
         std::fs::create_dir_all(&s).unwrap();
         std::fs::write(s.join("0002-b.patch"), GOOD).unwrap();
         std::fs::write(s.join("0001-a.patch"), GOOD).unwrap();
-        std::fs::write(s.join("series"), "# order\n0002-b.patch\n0001-a.patch # why\n").unwrap();
+        std::fs::write(
+            s.join("series"),
+            "# order\n0002-b.patch\n0001-a.patch # why\n",
+        )
+        .unwrap();
         let got = read_series(dir.path(), "hooks").unwrap();
-        let names: Vec<_> = got.iter().map(|p| p.file_name().unwrap().to_owned()).collect();
+        let names: Vec<_> = got
+            .iter()
+            .map(|p| p.file_name().unwrap().to_owned())
+            .collect();
         assert_eq!(names, vec!["0002-b.patch", "0001-a.patch"]);
         std::fs::write(s.join("series"), "0001-a.patch\n0009-nope.patch\n").unwrap();
         let err = read_series(dir.path(), "hooks").unwrap_err().to_string();
-        assert!(err.contains("line 2") && err.contains("0009-nope.patch"), "{err}");
+        assert!(
+            err.contains("line 2") && err.contains("0009-nope.patch"),
+            "{err}"
+        );
     }
 }

@@ -139,17 +139,20 @@ impl<'a> KbuildProgress<'a> {
 
     pub fn line(&mut self, line: &str) {
         let is_step = line.starts_with("  ")
-            && line[2..]
-                .split_whitespace()
-                .next()
-                .is_some_and(|w| w.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()));
+            && line[2..].split_whitespace().next().is_some_and(|w| {
+                w.chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+            });
         if is_step {
             self.steps += 1;
         }
         let word = line.split_whitespace().next().unwrap_or("");
-        // Compile steps are many: report at most one a second; the rest always.
-        let routine = matches!(word, "CC" | "AS" | "AR" | "HOSTCC" | "GEN" | "CHK" | "UPD");
-        let due = self.last.is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        // Steps are thousands: report at most one a second, except the few
+        // slow milestones (linking, BTF); other lines always.
+        let routine = is_step && !matches!(word, "LD" | "BTF" | "BUILD" | "OBJCOPY");
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
         if !routine || due {
             self.last = Some(Instant::now());
             (self.progress)(&format!("[{:>5}] {}", self.steps, line.trim()));
@@ -179,7 +182,10 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(seen, vec!["out1"]);
-        assert!(err.contains("err1") && err.contains("out1") && err.contains("build.log"), "{err}");
+        assert!(
+            err.contains("err1") && err.contains("out1") && err.contains("build.log"),
+            "{err}"
+        );
         assert!(err.contains("exit status: 3"), "{err}");
         let logged = std::fs::read_to_string(&log).unwrap();
         assert!(logged.contains("out1") && logged.contains("err1"));

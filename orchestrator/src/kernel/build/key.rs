@@ -1,0 +1,175 @@
+//! Cache key of a built kernel: every input that changes the image.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::patches;
+use super::run::capture;
+use crate::kernel::KernelError;
+use crate::kernel::descriptor::{Descriptor, SourceBuild};
+use crate::kernel::hashing::KeyHasher;
+
+/// Bump when the artefact layout or build procedure changes.
+const LAYOUT: &str = "source-build-v1";
+
+/// The key and the resolved inputs it was computed from.
+#[derive(Debug, Clone)]
+pub struct BuildKey {
+    pub key: String,
+    pub fragments: Vec<PathBuf>,
+    pub patches: Vec<PathBuf>,
+    /// `gcc --version` first line.
+    pub gcc: String,
+    /// `pahole --version`, or "none".
+    pub pahole: String,
+}
+
+/// Inputs as bytes, so the hashing is a pure function.
+pub struct KeyInputs<'a> {
+    pub descriptor: &'a str,
+    pub source_sha256: &'a str,
+    pub base: &'a str,
+    pub fragments: &'a [(String, Vec<u8>)],
+    pub patches: &'a [(String, Vec<u8>)],
+    pub toolchain: &'a [String],
+}
+
+pub fn hash(inputs: &KeyInputs<'_>) -> String {
+    let mut h = KeyHasher::default();
+    h.part("layout", LAYOUT.as_bytes())
+        .part("descriptor", inputs.descriptor.as_bytes())
+        .part(
+            "source",
+            inputs.source_sha256.to_ascii_lowercase().as_bytes(),
+        )
+        .part("base", inputs.base.as_bytes());
+    for (name, data) in inputs.fragments {
+        h.part("fragment", name.as_bytes()).part("content", data);
+    }
+    for (name, data) in inputs.patches {
+        h.part("patch", name.as_bytes()).part("content", data);
+    }
+    for t in inputs.toolchain {
+        h.part("tool", t.as_bytes());
+    }
+    h.finish()
+}
+
+pub fn fragment_path(configs_dir: &Path, name: &str) -> PathBuf {
+    configs_dir.join("fragments").join(format!("{name}.config"))
+}
+
+pub fn compute(
+    configs_dir: &Path,
+    desc: &Descriptor,
+    sb: &SourceBuild,
+) -> Result<BuildKey, KernelError> {
+    let mut fragment_paths = Vec::new();
+    let mut fragments = Vec::new();
+    for name in &sb.fragments {
+        let path = fragment_path(configs_dir, name);
+        let data = std::fs::read(&path).map_err(|e| KernelError::Descriptor {
+            path: desc.path.clone(),
+            message: format!(
+                "config.fragments: fragment `{name}` cannot be read at {}: {e}",
+                path.display()
+            ),
+        })?;
+        fragments.push((name.clone(), data));
+        fragment_paths.push(path);
+    }
+    let patch_paths = match &sb.patch_series {
+        Some(series) => patches::read_series(configs_dir, series)?,
+        None => Vec::new(),
+    };
+    let mut patch_data = Vec::new();
+    for p in &patch_paths {
+        let data = std::fs::read(p).map_err(|e| KernelError::io(p, e))?;
+        let name = p
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        patch_data.push((name, data));
+    }
+    let gcc = first_line(&capture(Command::new("gcc").arg("--version"))?);
+    // pahole writes the BTF; without it the build fails later with a clear message.
+    let pahole = capture(Command::new("pahole").arg("--version"))
+        .map(|s| first_line(&s))
+        .unwrap_or_else(|_| "none".into());
+    let key = hash(&KeyInputs {
+        descriptor: &desc.text,
+        source_sha256: &sb.source.sha256,
+        base: &sb.base,
+        fragments: &fragments,
+        patches: &patch_data,
+        toolchain: &[gcc.clone(), pahole.clone()],
+    });
+    Ok(BuildKey {
+        key,
+        fragments: fragment_paths,
+        patches: patch_paths,
+        gcc,
+        pahole,
+    })
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs<'a>(
+        frags: &'a [(String, Vec<u8>)],
+        patches: &'a [(String, Vec<u8>)],
+        tools: &'a [String],
+    ) -> KeyInputs<'a> {
+        KeyInputs {
+            descriptor: "kind = \"source-build\"\n",
+            source_sha256: "ab",
+            base: "tinyconfig",
+            fragments: frags,
+            patches,
+            toolchain: tools,
+        }
+    }
+
+    #[test]
+    fn key_is_stable_and_sensitive() {
+        let frags = vec![("vm-base".to_string(), b"CONFIG_PCI=y\n".to_vec())];
+        let pats = vec![
+            ("0001-a.patch".to_string(), b"a".to_vec()),
+            ("0002-b.patch".to_string(), b"b".to_vec()),
+        ];
+        let tools = vec![
+            "gcc (Debian 12.2.0-14) 12.2.0".to_string(),
+            "v1.24".to_string(),
+        ];
+        let k = hash(&inputs(&frags, &pats, &tools));
+        // Golden value: a change here silently invalidates every cached kernel.
+        assert_eq!(k, hash(&inputs(&frags, &pats, &tools)));
+        assert_eq!(
+            k,
+            "67055f62aae0808aaab22f3e3dd8e43fe819891c9ab11ffce4e56635f9548749"
+        );
+
+        let mut other = frags.clone();
+        other[0].1 = b"CONFIG_PCI=n\n".to_vec();
+        assert_ne!(k, hash(&inputs(&other, &pats, &tools)));
+        let swapped = vec![pats[1].clone(), pats[0].clone()];
+        assert_ne!(
+            k,
+            hash(&inputs(&frags, &swapped, &tools)),
+            "patch order matters"
+        );
+        let newer = vec![
+            "gcc (Debian 13.1.0) 13.1.0".to_string(),
+            "v1.24".to_string(),
+        ];
+        assert_ne!(k, hash(&inputs(&frags, &pats, &newer)));
+        let mut i = inputs(&frags, &pats, &tools);
+        i.base = "defconfig";
+        assert_ne!(k, hash(&i));
+    }
+}

@@ -1,0 +1,121 @@
+//! The pinned kernel source tarball: the installed one if it matches the pin,
+//! else extracted from the pinned `linux-source-*` .deb fetched with apt.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::run;
+use crate::kernel::KernelError;
+use crate::kernel::apt::{self, Pin};
+use crate::kernel::cache::downloads_dir;
+use crate::kernel::deb::{self, Extract};
+use crate::kernel::descriptor::{Descriptor, SourcePin};
+use crate::kernel::hashing::sha256_file;
+
+/// A verified tarball for `pin`.
+pub fn tarball(
+    cache_root: &Path,
+    desc: &Descriptor,
+    pin: &SourcePin,
+    progress: &dyn Fn(&str),
+) -> Result<PathBuf, KernelError> {
+    let installed = PathBuf::from(&pin.tarball);
+    if installed.is_file() {
+        if sha256_file(&installed)?.eq_ignore_ascii_case(&pin.sha256) {
+            return Ok(installed);
+        }
+        progress(&format!(
+            "{} is not the pinned {} {}; using the pinned package instead",
+            installed.display(),
+            pin.package,
+            pin.version
+        ));
+    }
+    let name = installed.file_name().map_or_else(
+        || "source.tar.xz".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let cached = downloads_dir(cache_root).join(format!("{}_{}_{name}", pin.package, pin.version));
+    if cached.is_file() && sha256_file(&cached)?.eq_ignore_ascii_case(&pin.sha256) {
+        return Ok(cached);
+    }
+    let deb = apt::fetch(
+        cache_root,
+        &Pin {
+            package: &pin.package,
+            version: &pin.version,
+            sha256: &pin.deb_sha256,
+            descriptor: &desc.path,
+            sha_field: "source.deb_sha256",
+        },
+        progress,
+    )?;
+    progress(&format!(
+        "extracting {} from {}",
+        pin.tarball,
+        deb.display()
+    ));
+    let member = PathBuf::from(pin.tarball.trim_start_matches('/'));
+    let dest_name = cached
+        .file_name()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(&name));
+    let written = deb::unpack(&deb, &downloads_dir(cache_root), &|p: &Path| {
+        (p == member).then(|| Extract {
+            dest: dest_name.clone(),
+            decompress: None,
+        })
+    })?;
+    if written.is_empty() {
+        return Err(KernelError::Descriptor {
+            path: desc.path.clone(),
+            message: format!(
+                "source.tarball: {} is not in {}",
+                pin.tarball,
+                deb.display()
+            ),
+        });
+    }
+    let actual = sha256_file(&cached)?;
+    if !actual.eq_ignore_ascii_case(&pin.sha256) {
+        let _ = std::fs::remove_file(&cached);
+        return Err(KernelError::Checksum {
+            path: cached,
+            descriptor: desc.path.clone(),
+            field: "source.sha256".into(),
+            expected: pin.sha256.clone(),
+            actual,
+        });
+    }
+    Ok(cached)
+}
+
+/// Unpack `tarball` into the empty directory `work`; returns the source tree.
+pub fn unpack(tarball: &Path, work: &Path, log: &Path) -> Result<PathBuf, KernelError> {
+    let src = work.join("src");
+    std::fs::create_dir_all(&src).map_err(|e| KernelError::io(&src, e))?;
+    run::run(
+        Command::new("tar")
+            .arg("-xf")
+            .arg(tarball)
+            .arg("-C")
+            .arg(&src),
+        work,
+        log,
+        &mut |_| {},
+    )?;
+    let mut dirs = Vec::new();
+    for entry in std::fs::read_dir(&src).map_err(|e| KernelError::io(&src, e))? {
+        let path = entry.map_err(|e| KernelError::io(&src, e))?.path();
+        if path.is_dir() {
+            dirs.push(path);
+        }
+    }
+    match dirs.as_slice() {
+        [one] if one.join("Makefile").is_file() => Ok(one.clone()),
+        _ => Err(KernelError::Deb {
+            path: tarball.to_path_buf(),
+            message: "expected one top-level directory holding a kernel Makefile".into(),
+        }),
+    }
+}

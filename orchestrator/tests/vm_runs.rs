@@ -1,0 +1,544 @@
+//! End-to-end runs of the `testbed` binary that boot real VMs (TCG here,
+//! KVM where it works) with the stock Debian cloud kernel and emulated NVMe.
+//! They run one at a time: two cores cannot host parallel TCG guests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn testbed() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_testbed"))
+}
+
+fn run(args: &[&str]) -> Output {
+    testbed().args(args).output().expect("testbed runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn write_spec(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// QEMU processes whose command line mentions `needle` (the run directory).
+fn qemus_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains("qemu-system") && cmd.contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// No temp files (from atomic writes) may be left in a run directory.
+fn assert_no_half_written_files(dir: &Path) {
+    for sub in [dir.to_path_buf(), dir.join("points")] {
+        for e in std::fs::read_dir(&sub).unwrap().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                !n.starts_with(".tmp"),
+                "half-written file left: {}",
+                e.path().display()
+            );
+        }
+    }
+}
+
+fn randread_spec(name: &str, reads: u64, threads: &str) -> String {
+    format!(
+        r#"
+[experiment]
+name = "{name}"
+seed = 3
+
+[vm]
+vcpus = 2
+memory = "512M"
+
+[[devices]]
+name = "data"
+kind = "nvme"
+size = "64M"
+
+[workload]
+kind = "randread"
+device = "data"
+reads_per_thread = {reads}
+warmup_reads = 10
+
+[sweep]
+threads = {threads}
+"#
+    )
+}
+
+#[test]
+fn smoke_run_boots_reads_and_records_provenance() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("run");
+    let o = run(&[
+        "run",
+        "../experiments/smoke.toml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("results in {}", out.display())),
+        "{}",
+        text(&o)
+    );
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    let accel = &m["accel"];
+    assert!(accel["used"] == "tcg" || accel["used"] == "kvm");
+    assert!(!accel["reasons"].as_array().unwrap().is_empty());
+    if accel["used"] == "tcg" {
+        assert!(m["timing_note"].as_str().unwrap().contains("shape-only"));
+    }
+    assert!(
+        m["guest"]["uname"].as_str().unwrap().contains("6.1.0"),
+        "{}",
+        m["guest"]
+    );
+    assert!(
+        m["qemu_argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "-nodefaults")
+    );
+    assert!(m["inputs"]["kernel"]["key"].as_str().unwrap().len() == 64);
+    assert!(m["inputs"]["initramfs"]["sha256"].as_str().unwrap().len() == 64);
+    assert!(m["inputs"]["agent"]["sha256"].as_str().unwrap().len() == 64);
+    assert!(m["host"]["qemu_version"].as_str().unwrap().contains("QEMU"));
+    let boot_ms = m["boot_to_agent_ms"][0].as_u64().unwrap();
+    assert!(boot_ms > 0 && boot_ms < 60_000, "{boot_ms}");
+    assert_eq!(m["points"].as_array().unwrap().len(), 2);
+    let console = std::fs::read_to_string(out.join("console.log")).unwrap();
+    assert!(
+        console.contains("testbed-agent: ready"),
+        "console log has the boot: {console}"
+    );
+    // The samples are readable by an independent reader (pyarrow).
+    let py = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import pyarrow.parquet as pq\nt = pq.read_table('{}')\nraw = t.filter(t['kind'].equals('raw') if False else None) if False else t\n\
+             import pyarrow.compute as pc\nr = t.filter(pc.equal(t['metric'], 'read_latency'))\n\
+             print(r.num_rows, pc.min(r['value']).as_py() > 0, sorted(set(r['param.threads'].to_pylist())))",
+            out.join("samples.parquet").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        py.status.success(),
+        "pyarrow failed (pip install pyarrow): {}",
+        text(&py)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&py.stdout).trim(),
+        "6000 True [1, 2]"
+    );
+    assert_no_half_written_files(&out);
+    // show summarises the same run.
+    let s = run(&["show", out.to_str().unwrap()]);
+    assert!(text(&s).contains("status     Complete"), "{}", text(&s));
+}
+
+#[test]
+fn guest_panic_hang_agent_crash_and_job_error_each_fail_their_point_only() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        t.path(),
+        "faults.toml",
+        r#"
+[experiment]
+name = "faults"
+
+[vm]
+memory = "512M"
+
+[workload]
+kind = "fault"
+mode = "error"
+
+[sweep]
+mode = ["error", "panic", "hang", "exit"]
+
+[timeouts]
+heartbeat = "4s"
+"#,
+    );
+    let out = t.path().join("run");
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "failed points give exit code 3: {}",
+        text(&o)
+    );
+    let m = manifest(&out);
+    assert_eq!(m["status"], "partial");
+    let points = m["points"].as_array().unwrap();
+    let err = |mode: &str| -> String {
+        let p = points
+            .iter()
+            .find(|p| p["params"]["mode"] == mode)
+            .unwrap_or_else(|| panic!("no point for {mode}"));
+        assert_eq!(p["ok"], false, "{mode}");
+        p["error"].as_str().unwrap().to_string()
+    };
+    assert!(err("error").contains("requested error"), "{}", err("error"));
+    let panic = err("panic");
+    assert!(
+        panic.contains("QEMU exited") && panic.contains("Kernel panic"),
+        "{panic}"
+    );
+    assert!(err("hang").contains("no heartbeat"), "{}", err("hang"));
+    let exit = err("exit");
+    assert!(
+        exit.contains("QEMU exited") && exit.contains("Attempted to kill init"),
+        "{exit}"
+    );
+    // error keeps its boot; panic, hang and exit each end theirs: 3 boots for 4 points.
+    assert_eq!(m["boots"].as_array().unwrap().len(), 3, "{}", m["boots"]);
+    assert!(
+        qemus_mentioning(out.to_str().unwrap()).is_empty(),
+        "QEMU left behind"
+    );
+    assert!(
+        !out.join("samples.parquet").exists(),
+        "failed points are not drawn as zeros"
+    );
+}
+
+#[test]
+fn killing_qemu_mid_run_fails_one_point_and_resume_completes_the_run() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        t.path(),
+        "kill.toml",
+        &randread_spec("kill", 20000, "[1, 1, 1, 1]"),
+    );
+    let out = t.path().join("run");
+    let log = std::fs::File::create(t.path().join("log")).unwrap();
+    let mut child = testbed()
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_for("the first point", Duration::from_secs(120), || {
+        out.join("points/p0000-r00.json").exists()
+    });
+    let qemus = qemus_mentioning(out.to_str().unwrap());
+    assert_eq!(qemus.len(), 1);
+    Command::new("kill")
+        .arg("-9")
+        .arg(qemus[0].to_string())
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(t.path().join("log")).unwrap();
+    assert_eq!(status.code(), Some(3), "{log}");
+    let m = manifest(&out);
+    assert_eq!(m["status"], "partial", "{log}");
+    let failed: Vec<&serde_json::Value> = m["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["ok"] == false)
+        .collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("QEMU exited"),
+        "{}",
+        failed[0]
+    );
+    assert!(qemus_mentioning(out.to_str().unwrap()).is_empty());
+    assert_no_half_written_files(&out);
+
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--resume",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("4 points, 3 already done"),
+        "{}",
+        text(&o)
+    );
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    assert!(
+        m["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["ok"] == true)
+    );
+}
+
+#[test]
+fn ctrl_c_leaves_no_qemu_and_no_half_written_file_and_resume_skips_done_points() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        t.path(),
+        "int.toml",
+        &randread_spec("int", 20000, "[1, 2, 1]"),
+    );
+    let out = t.path().join("run");
+    let log = std::fs::File::create(t.path().join("log")).unwrap();
+    let mut child = testbed()
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_for("the first point", Duration::from_secs(120), || {
+        out.join("points/p0000-r00.json").exists()
+    });
+    let first = std::fs::metadata(out.join("points/p0000-r00.parquet"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(t.path().join("log")).unwrap();
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("--resume"), "tells how to continue: {log}");
+    assert!(
+        qemus_mentioning(out.to_str().unwrap()).is_empty(),
+        "QEMU left behind"
+    );
+    assert_eq!(manifest(&out)["status"], "interrupted");
+    assert_no_half_written_files(&out);
+
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--resume",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    assert_eq!(m["points"].as_array().unwrap().len(), 3);
+    let again = std::fs::metadata(out.join("points/p0000-r00.parquet"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(first, again, "a finished point is not run again");
+}
+
+#[test]
+fn malformed_specs_give_one_clear_error_and_boot_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let good = randread_spec("bad", 10, "[1, 2]");
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "unknown-key",
+            good.replace("seed = 3", "seed = 3\nsede = 4"),
+            "unknown field `sede`",
+        ),
+        (
+            "wrong-type",
+            good.replace("vcpus = 2", "vcpus = \"two\""),
+            "invalid type",
+        ),
+        (
+            "empty-sweep",
+            good.replace("threads = [1, 2]", "threads = []"),
+            "empty sweep axis",
+        ),
+        (
+            "bad-size",
+            good.replace("size = \"64M\"", "size = \"12QB\""),
+            "unknown unit \"QB\"",
+        ),
+        (
+            "zero-threads",
+            good.replace("threads = [1, 2]", "threads = [0]"),
+            "threads",
+        ),
+    ];
+    for (name, body, expect) in cases {
+        let spec = write_spec(t.path(), &format!("{name}.toml"), &body);
+        let out = t.path().join(format!("out-{name}"));
+        let o = run(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let msg = text(&o);
+        assert!(!o.status.success(), "{name}");
+        assert!(msg.contains(expect), "{name}: {msg}");
+        assert!(
+            msg.contains(&format!("{name}.toml:")),
+            "{name}: names the file and line: {msg}"
+        );
+        assert_eq!(msg.matches("error").count(), 1, "{name}: one error: {msg}");
+        assert!(!out.exists(), "{name}: nothing created, nothing booted");
+    }
+    let o = run(&["run", t.path().join("missing.toml").to_str().unwrap()]);
+    assert!(
+        text(&o).contains("missing.toml: cannot read spec"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn host_executor_runs_the_agent_as_a_process() {
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let spec = write_spec(
+        t.path(),
+        "host.toml",
+        &randread_spec("host", 200, "[1, 2]").replace("seed = 3", "seed = 3\nexecutor = \"host\""),
+    );
+    let out = t.path().join("run");
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    assert_eq!(m["executor"], "host");
+    assert_eq!(m["points"][1]["samples"], 400);
+    assert!(
+        out.join("devices/data.img").exists(),
+        "backing file lives in the run dir"
+    );
+}
+
+#[test]
+fn forcing_kvm_where_it_does_not_work_fails_fast_with_the_reason() {
+    let _g = serial();
+    // A stand-in QEMU that aborts the way QEMU 7.2 does on this host, and one
+    // that hangs: both must end in a clear refusal, quickly.
+    let t = tempfile::tempdir().unwrap();
+    let abort = write_spec(
+        t.path(),
+        "qemu-abort",
+        "#!/bin/sh\necho 'qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0' >&2\nexit 1\n",
+    );
+    let hang = write_spec(t.path(), "qemu-hang", "#!/bin/sh\nexec sleep 600\n");
+    for f in [&abort, &hang] {
+        Command::new("chmod").arg("+x").arg(f).status().unwrap();
+    }
+    let spec = write_spec(t.path(), "k.toml", &randread_spec("k", 10, "[1]"));
+    for (qemu, expect) in [
+        (&abort, "failed to set MSR"),
+        (&hang, "did not accept a connection"),
+    ] {
+        let started = Instant::now();
+        let o = testbed()
+            .args(["run", spec.to_str().unwrap(), "--accel", "kvm", "--out"])
+            .arg(t.path().join(format!("o{}", started.elapsed().as_nanos())))
+            .env("TESTBED_QEMU", qemu)
+            .env("TESTBED_KVM_PROBE_TIMEOUT", "3")
+            .output()
+            .unwrap();
+        let msg = text(&o);
+        assert!(!o.status.success());
+        if Path::new("/dev/kvm").exists() {
+            assert!(msg.contains("KVM was requested but is not usable"), "{msg}");
+            assert!(
+                msg.contains(expect) || msg.contains("does not open"),
+                "{msg}"
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn doctor_reports_the_accelerator_and_why() {
+    let _g = serial();
+    let o = run(&["doctor"]);
+    let msg = text(&o);
+    assert!(msg.contains("accelerator"), "{msg}");
+    assert!(
+        msg.contains("tcg in use") || msg.contains("kvm in use"),
+        "{msg}"
+    );
+    if msg.contains("tcg in use") {
+        assert!(msg.contains("shape-only"), "{msg}");
+        assert!(
+            msg.contains("no vmx/svm")
+                || msg.contains("probe boot failed")
+                || msg.contains("does not open"),
+            "{msg}"
+        );
+    }
+}
