@@ -40,7 +40,11 @@ pub fn ensure(
     if let Ok(p) = std::env::var(env) {
         return Ok(PathBuf::from(p));
     }
-    let target_dir = repo.join("target/guest");
+    // Beside the host build ($CARGO_TARGET_DIR or <repo>/target), in guest/.
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("target"))
+        .join("guest");
     let path = target_dir.join(TARGET).join("release").join(bin);
     if !repo.join("Cargo.toml").is_file() {
         return if path.is_file() {

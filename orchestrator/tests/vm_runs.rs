@@ -542,3 +542,41 @@ fn doctor_reports_the_accelerator_and_why() {
         );
     }
 }
+
+#[test]
+fn our_vm_base_kernel_boots_with_nvme_and_the_agent() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("run");
+    // Builds vm-base if the cache is cold (./x test builds it first).
+    let o = run(&[
+        "run",
+        "../experiments/smoke-vm-base.toml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    assert_eq!(m["inputs"]["kernel"]["name"], "vm-base");
+    let release = m["inputs"]["kernel"]["release"].as_str().unwrap();
+    assert!(release.starts_with("6.1."), "{release}");
+    let uname = m["guest"]["uname"].as_str().unwrap();
+    assert!(
+        uname.contains(release),
+        "guest runs the built kernel: {uname}"
+    );
+    assert!(
+        m["guest"]["devices"]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("/dev/nvme")
+    );
+    assert!(
+        m["inputs"]["kernel"]["config_sha256"]
+            .as_str()
+            .unwrap()
+            .len()
+            == 64
+    );
+}

@@ -12,7 +12,7 @@ use crate::plan::Point;
 use crate::progress::Event;
 use crate::qemu::argv::{VmConfig, build_argv, kernel_append};
 use crate::qemu::channel::Channel;
-use crate::qemu::process::{VmProcess, tail_lines};
+use crate::qemu::process::{VmProcess, console_digest, tail_lines};
 use crate::spec::Timeouts;
 
 pub struct QemuExecutor {
@@ -101,7 +101,7 @@ impl Executor for QemuExecutor {
                 let status = vm_cell.borrow_mut().try_wait()?;
                 Some(format!(
                     "QEMU exited ({status})\nlast console lines:\n{}\nQEMU said:\n{}",
-                    tail_lines(&console_for_dead, 15),
+                    console_digest(&console_for_dead, 15),
                     tail_lines(&qemu_log_for_dead, 5)
                 ))
             }),
@@ -115,7 +115,7 @@ impl Executor for QemuExecutor {
                 vm.kill();
                 return Err(BootError::Failed(format!(
                     "the guest never reached the agent: {e}\nlast console lines:\n{}",
-                    tail_lines(&console, 15)
+                    console_digest(&console, 15)
                 )));
             }
         };
@@ -150,8 +150,10 @@ impl Executor for QemuExecutor {
                     record.points.push(point.id());
                     drop(session);
                     vm.kill();
-                    let error =
-                        format!("{fatal}\nlast console lines:\n{}", tail_lines(&console, 15));
+                    let error = format!(
+                        "{fatal}\nlast console lines:\n{}",
+                        console_digest(&console, 15)
+                    );
                     record.ended = format!("failed at point {}: {fatal}", point.id());
                     let _ = on_point(point, PointOutcome::Failed { error });
                     return Ok((record, handled));

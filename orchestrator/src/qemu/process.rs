@@ -152,3 +152,31 @@ pub fn tail_lines(path: &Path, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// What a person needs from a dead guest's console: the first line that
+/// says what went wrong (panic, oops, BUG), then the last `n` lines.
+pub fn console_digest(path: &Path, n: usize) -> String {
+    let text = std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail_start = lines.len().saturating_sub(n);
+    let alarm = lines.iter().position(|l| {
+        [
+            "Kernel panic",
+            "BUG:",
+            "Oops",
+            "WARNING:",
+            "possible recursive locking",
+            "inconsistent lock state",
+        ]
+        .iter()
+        .any(|m| l.contains(m))
+    });
+    match alarm {
+        Some(i) if i < tail_start => {
+            format!("{}\n...\n{}", lines[i], lines[tail_start..].join("\n"))
+        }
+        _ => lines[tail_start..].join("\n"),
+    }
+}
