@@ -172,7 +172,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
         };
         match nix::sys::statvfs::statvfs(&probe_dir) {
             Ok(s) => {
-                let free = s.blocks_available() as u64 * s.fragment_size() as u64;
+                let free = s.blocks_available() * s.fragment_size();
                 let gib = free as f64 / (1u64 << 30) as f64;
                 let level = if gib < 5.0 { Level::Warn } else { Level::Ok };
                 out.push(f(

@@ -59,7 +59,7 @@ impl RandReadParams {
             )
         })?;
         let lbs = dev.logical_block_size.max(1);
-        if self.block_size == 0 || self.block_size % lbs != 0 {
+        if self.block_size == 0 || !self.block_size.is_multiple_of(lbs) {
             return Err(ParamError::new(
                 "block_size",
                 format!(
@@ -68,7 +68,7 @@ impl RandReadParams {
                 ),
             ));
         }
-        if self.align == 0 || self.align % lbs != 0 {
+        if self.align == 0 || !self.align.is_multiple_of(lbs) {
             return Err(ParamError::new(
                 "align",
                 format!(
