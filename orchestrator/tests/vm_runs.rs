@@ -580,3 +580,65 @@ fn our_vm_base_kernel_boots_with_nvme_and_the_agent() {
             == 64
     );
 }
+
+#[test]
+fn nvme_null_backend_two_namespaces_and_virtio_blk_are_found_by_serial() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        t.path(),
+        "devs.toml",
+        r#"
+[experiment]
+name = "devs"
+
+[vm]
+memory = "512M"
+
+[[devices]]
+name = "data"
+kind = "nvme"
+size = "32M"
+namespaces = 2
+queues = 2
+
+[[devices]]
+name = "fast"
+kind = "nvme"
+backend = "null"
+size = "1G"
+latency_ns = 0
+
+[[devices]]
+name = "vblk"
+kind = "virtio-blk"
+size = "16M"
+logical_block_size = 4096
+
+[workload]
+kind = "randread"
+device = "data"
+block_size = 4096
+reads_per_thread = 200
+
+[sweep]
+device = ["data", "data.ns2", "fast", "vblk"]
+"#,
+    );
+    let out = t.path().join("run");
+    let o = run(&["run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    let devs = &m["guest"]["devices"];
+    assert!(devs["data"].as_str().unwrap().starts_with("/dev/nvme"), "{devs}");
+    assert!(devs["data.ns2"].as_str().unwrap().ends_with("n2"), "{devs}");
+    assert!(devs["fast"].as_str().unwrap().starts_with("/dev/nvme"), "{devs}");
+    assert!(devs["vblk"].as_str().unwrap().starts_with("/dev/vd"), "{devs}");
+    assert!(m["points"].as_array().unwrap().iter().all(|p| p["samples"] == 200));
+    let argv = m["qemu_argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect::<Vec<_>>().join(" ");
+    assert!(argv.contains("driver=null-co"), "{argv}");
+    assert!(argv.contains("virtio-blk-pci,drive=vblk2,serial=vblk,logical_block_size=4096"), "{argv}");
+    // Only the file-backed devices have files, in the run directory.
+    assert!(out.join("devices/data.img").exists() && out.join("devices/data.ns2.img").exists());
+    assert!(!out.join("devices/fast.img").exists());
+}
