@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use testbed_agent::agent::{devices, init, serve};
-use testbed_agent::protocol::{CMDLINE_MODE, CMDLINE_NONCE, Hello, PORT_NAME, PROTOCOL_VERSION};
+use testbed_agent::protocol::{
+    CMDLINE_MODE, CMDLINE_NET, CMDLINE_NONCE, Hello, PORT_NAME, PROTOCOL_VERSION,
+};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -49,9 +51,20 @@ fn run_pid1() -> Result<(), String> {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let nonce = init::cmdline_value(&cmdline, CMDLINE_NONCE).unwrap_or_default();
     let modules = init::load_modules(std::path::Path::new(init::MODULE_LIST))?;
+    let net_addr = init::cmdline_value(&cmdline, CMDLINE_NET);
+    let net = match init::setup_network(net_addr.as_deref()) {
+        Ok(n) => n,
+        // Without a network only network workloads fail; say so and go on.
+        Err(e) if net_addr.is_none() => {
+            eprintln!("testbed-agent: loopback: {e}");
+            None
+        }
+        Err(e) => return Err(format!("network: {e}")),
+    };
     let port = init::find_port(PORT_NAME, Duration::from_secs(20))?;
     let found = devices::discover(std::path::Path::new("/sys"));
-    let hello = hello(nonce, cmdline.trim().to_string(), modules, &found);
+    let mut hello = hello(nonce, cmdline.trim().to_string(), modules, &found);
+    hello.net = net;
     eprintln!("testbed-agent: ready on {port}");
     // The open blocks nothing; the first write blocks until the host connects.
     let file = std::fs::OpenOptions::new()

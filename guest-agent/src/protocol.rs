@@ -23,6 +23,8 @@ pub const PORT_NAME: &str = "org.testbed.agent";
 /// Kernel command-line keys the host sets for the agent.
 pub const CMDLINE_NONCE: &str = "testbed.nonce";
 pub const CMDLINE_MODE: &str = "testbed.mode";
+/// `testbed.net=169.254.10.1/16`: address of the guest's first NIC.
+pub const CMDLINE_NET: &str = "testbed.net";
 
 /// Messages from the guest (agent) to the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +67,9 @@ pub struct Hello {
     pub modules_loaded: Vec<String>,
     /// Block devices found: name given by the host (serial) -> /dev path.
     pub devices: BTreeMap<String, String>,
+    /// Network set up by the agent, e.g. "eth0 169.254.10.1/16", if any.
+    #[serde(default)]
+    pub net: Option<String>,
 }
 
 /// Messages from the host to the guest.

@@ -163,6 +163,7 @@ pub fn run(
                 devices: plan.devices.clone(),
                 timeouts: spec.timeouts.clone(),
                 run_dir: dir.clone(),
+                pair: pair_setup(&loaded),
             })
         }
         ExecutorKind::Host => {
@@ -417,6 +418,22 @@ fn latest_run(exp_dir: &Path) -> Option<PathBuf> {
         .collect();
     runs.sort();
     runs.pop()
+}
+
+fn pair_setup(loaded: &LoadedSpec) -> Option<crate::executor::qemu::PairSetup> {
+    let t = loaded.spec.topology.as_ref()?;
+    let workload = loaded.server_workload.clone()?;
+    Some(crate::executor::qemu::PairSetup {
+        server_job: Point {
+            point: u32::MAX,
+            rep: 0,
+            params: BTreeMap::new(),
+            workload,
+            seed: crate::plan::point_seed(loaded.spec.experiment.seed, u64::MAX, 0),
+        },
+        server_addr: t.server_address.clone(),
+        client_addr: t.client_address.clone(),
+    })
 }
 
 fn file_input(path: &Path) -> serde_json::Value {

@@ -31,6 +31,38 @@ pub struct Spec {
     pub sweep: BTreeMap<String, Vec<toml::Value>>,
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// Two VMs on one virtual link (qemu executor), e.g. Flight remote.
+    #[serde(default)]
+    pub topology: Option<Topology>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyKind {
+    /// A server VM and a client VM joined by a QEMU socket link; the points
+    /// run on the client, `{peer}` in the workload is the server's address.
+    Pair,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub kind: TopologyKind,
+    /// Link-local addresses: the link never touches a host network.
+    #[serde(default = "default_server_address")]
+    pub server_address: String,
+    #[serde(default = "default_client_address")]
+    pub client_address: String,
+    /// The workload the server VM runs once per boot before any point
+    /// (a service that keeps running, e.g. kind = "flight-serve").
+    pub server: toml::Table,
+}
+
+fn default_server_address() -> String {
+    "169.254.10.1/16".into()
+}
+fn default_client_address() -> String {
+    "169.254.10.2/16".into()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -290,6 +322,8 @@ pub struct LoadedSpec {
     pub spec: Spec,
     /// The workload with no sweep applied, already type-checked.
     pub base_workload: Workload,
+    /// The server VM's workload of a pair topology, type-checked.
+    pub server_workload: Option<Workload>,
 }
 
 impl LoadedSpec {
@@ -337,8 +371,15 @@ pub fn parse(path: &Path, source: &str) -> Result<LoadedSpec, SpecError> {
             mode: testbed_agent::workload::fault::FaultMode::Error,
             after_s: 0.0,
         }),
+        server_workload: None,
     };
     loaded.base_workload = workload_from_table(&loaded, &loaded.spec.workload, None)?;
+    if let Some(t) = &loaded.spec.topology {
+        let w = Workload::deserialize(toml::Value::Table(t.server.clone())).map_err(|e| {
+            loaded.error_at("topology.server", None, e.to_string().trim().to_string())
+        })?;
+        loaded.server_workload = Some(w);
+    }
     check_sections(&loaded)?;
     Ok(loaded)
 }
@@ -495,6 +536,13 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
         {
             return Err(at("queues", format!("{q} must be between 1 and 64")));
         }
+    }
+    if spec.topology.is_some() && spec.experiment.executor != ExecutorKind::Qemu {
+        return Err(loaded.error_at(
+            "topology",
+            Some("kind"),
+            "a pair topology needs executor = \"qemu\"",
+        ));
     }
     for (axis, values) in &spec.sweep {
         if values.is_empty() {

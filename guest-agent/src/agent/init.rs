@@ -105,3 +105,37 @@ mod tests {
         assert_eq!(cmdline_value(c, "testbed.none"), None);
     }
 }
+
+/// Brings up loopback and, if asked, the first NIC with an address, using
+/// busybox `ip` (present in every testbed initramfs).
+pub fn setup_network(address: Option<&str>) -> Result<Option<String>, String> {
+    let ip = |args: &[&str]| -> Result<(), String> {
+        let out = std::process::Command::new("/bin/ip")
+            .args(args)
+            .output()
+            .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    ip(&["link", "set", "lo", "up"])?;
+    let Some(addr) = address else {
+        return Ok(None);
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !Path::new("/sys/class/net/eth0").exists() {
+        if Instant::now() > deadline {
+            return Err("no eth0 after 10 s (is virtio_net loaded?)".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ip(&["addr", "add", addr, "dev", "eth0"])?;
+    ip(&["link", "set", "eth0", "up"])?;
+    Ok(Some(format!("eth0 {addr}")))
+}

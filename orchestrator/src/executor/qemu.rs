@@ -1,16 +1,19 @@
-//! The `qemu` executor: one VM boot runs points until done or dead.
+//! The `qemu` executor: one VM boot runs points until done or dead; and the
+//! pair variant, two VMs on one virtual link (server and client).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use testbed_agent::protocol::DeviceRef;
+use testbed_agent::protocol::{DeviceRef, Hello};
 
 use super::session::{Fatal, Session};
 use super::{BootError, BootRecord, Executor, OnPoint, PointOutcome};
 use crate::plan::Point;
 use crate::progress::Event;
-use crate::qemu::argv::{VmConfig, build_argv, kernel_append};
+use crate::qemu::argv::{Nic, VmConfig, build_argv, kernel_append};
 use crate::qemu::channel::Channel;
 use crate::qemu::process::{VmProcess, console_digest, tail_lines};
 use crate::spec::Timeouts;
@@ -22,6 +25,17 @@ pub struct QemuExecutor {
     pub devices: BTreeMap<String, DeviceRef>,
     pub timeouts: Timeouts,
     pub run_dir: PathBuf,
+    /// Two VMs on one link: the setup job for the server VM, and the link.
+    pub pair: Option<PairSetup>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PairSetup {
+    /// Runs on the server VM once per boot, before any point (a service).
+    pub server_job: crate::plan::Point,
+    /// Guest addresses of server and client on the link.
+    pub server_addr: String,
+    pub client_addr: String,
 }
 
 /// Random hex from the kernel, for nonces and socket names.
@@ -34,14 +48,224 @@ pub fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-impl QemuExecutor {
-    fn console_path(&self, index: u32) -> PathBuf {
-        if index == 0 {
-            self.run_dir.join("console.log")
-        } else {
-            self.run_dir.join(format!("console.boot{index}.log"))
+/// A booted VM whose agent has said hello.
+pub struct BootedVm {
+    pub vm: Rc<RefCell<VmProcess>>,
+    pub session: Session<'static>,
+    pub console: PathBuf,
+    pub hello: Hello,
+    pub ready_ms: u64,
+    pub argv: Vec<String>,
+}
+
+impl BootedVm {
+    /// Kills QEMU; the error text for a point, with the console digest.
+    fn fail(self, fatal: &Fatal) -> String {
+        let console = self.console.clone();
+        drop(self.session);
+        self.vm.borrow_mut().kill();
+        format!(
+            "{fatal}\nlast console lines:\n{}",
+            console_digest(&console, 15)
+        )
+    }
+
+    /// Asks the agent to power off; kills QEMU if it does not end by itself.
+    fn shutdown(self) -> String {
+        let mut session = self.session;
+        let mut ended = match session.shutdown(Duration::from_secs(10)) {
+            Ok(()) => "shutdown".to_string(),
+            Err(e) => format!("shutdown: {e}"),
+        };
+        drop(session);
+        let mut vm = self.vm.borrow_mut();
+        if vm.wait_timeout(Duration::from_secs(15)).is_none() {
+            ended.push_str(" (QEMU did not exit: killed)");
+            vm.kill();
+        }
+        ended
+    }
+}
+
+/// Boots one VM (`label` names its log files) and waits for its agent.
+pub fn boot_vm(
+    base: &VmConfig,
+    cmdline_extra: &[String],
+    run_dir: &Path,
+    label: &str,
+    timeouts: &Timeouts,
+) -> Result<BootedVm, BootError> {
+    let nonce = random_hex(8);
+    let mut config = base.clone();
+    config.append = kernel_append(config.accel, &nonce, false, cmdline_extra);
+    config.console_log = run_dir.join(format!("console{label}.log"));
+    // Unix socket paths are limited to 108 bytes: keep it short, in /tmp.
+    config.agent_socket = std::env::temp_dir().join(format!("testbed-{nonce}.sock"));
+    let argv = build_argv(&config);
+    let console = config.console_log.clone();
+    let qemu_log = run_dir.join(format!("qemu{label}.log"));
+    let started = Instant::now();
+    let mut vm =
+        VmProcess::spawn(&argv, &qemu_log).map_err(|e| BootError::Failed(e.to_string()))?;
+    let socket = config.agent_socket.clone();
+    let connected = Channel::connect_vm(&socket, &mut vm, timeouts.boot.0);
+    // QEMU holds the socket open; its name is no longer needed.
+    let _ = std::fs::remove_file(&socket);
+    let channel = match connected {
+        Ok(c) => c,
+        Err(e) => {
+            vm.kill();
+            return Err(BootError::Failed(format!(
+                "{e}\nQEMU said:\n{}",
+                tail_lines(&qemu_log, 10)
+            )));
+        }
+    };
+    let vm = Rc::new(RefCell::new(vm));
+    let (vm_for_dead, console_for_dead) = (vm.clone(), console.clone());
+    let mut session = Session {
+        channel,
+        is_dead: Box::new(move || {
+            let status = vm_for_dead.borrow_mut().try_wait()?;
+            Some(format!(
+                "QEMU exited ({status})\nlast console lines:\n{}\nQEMU said:\n{}",
+                console_digest(&console_for_dead, 15),
+                tail_lines(&qemu_log, 5)
+            ))
+        }),
+        heartbeat_timeout: timeouts.heartbeat.0,
+    };
+    match session.handshake(&nonce, timeouts.boot.0) {
+        Ok(hello) => Ok(BootedVm {
+            vm,
+            session,
+            console,
+            hello,
+            ready_ms: started.elapsed().as_millis() as u64,
+            argv,
+        }),
+        Err(Fatal::Interrupted) => Err(BootError::Interrupted),
+        Err(e) => {
+            drop(session);
+            vm.borrow_mut().kill();
+            Err(BootError::Failed(format!(
+                "the guest never reached the agent: {e}\nlast console lines:\n{}",
+                console_digest(&console, 15)
+            )))
         }
     }
+}
+
+/// "" for boot 0, ".boot3" after, plus a role suffix for pairs.
+fn label(index: u32, role: &str) -> String {
+    let boot = if index == 0 {
+        String::new()
+    } else {
+        format!(".boot{index}")
+    };
+    if role.is_empty() {
+        boot
+    } else {
+        format!("-{role}{boot}")
+    }
+}
+
+/// Replaces "{peer}" in every string of the point's workload.
+pub fn with_peer(point: &Point, peer: &str) -> Point {
+    let mut p = point.clone();
+    if let Ok(json) = serde_json::to_string(&p.workload)
+        && json.contains("{peer}")
+        && let Ok(w) = serde_json::from_str(&json.replace("{peer}", peer))
+    {
+        p.workload = w;
+    }
+    p
+}
+
+impl QemuExecutor {
+    fn record(index: u32, vm: &BootedVm) -> BootRecord {
+        BootRecord {
+            index,
+            hello: Some(vm.hello.clone()),
+            ready_ms: Some(vm.ready_ms),
+            points: Vec::new(),
+            ended: String::new(),
+            argv: vm.argv.clone(),
+        }
+    }
+
+    /// The server VM of a pair: listens on the link, runs the setup job.
+    fn boot_server(
+        &self,
+        index: u32,
+        pair: &PairSetup,
+        port: u16,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<BootedVm, BootError> {
+        let mut config = self.config.clone();
+        config.nics = vec![Nic {
+            mac: "52:54:00:7e:57:01".into(),
+            netdev: format!("socket,listen=127.0.0.1:{port}"),
+        }];
+        let mut extra = self.cmdline_extra.clone();
+        extra.push(format!(
+            "{}={}",
+            testbed_agent::protocol::CMDLINE_NET,
+            pair.server_addr
+        ));
+        events(Event::BootStarted {
+            index,
+            accel: format!("{} server", config.accel),
+        });
+        let mut vm = boot_vm(
+            &config,
+            &extra,
+            &self.run_dir,
+            &label(index, "server"),
+            &self.timeouts,
+        )?;
+        events(Event::BootReady {
+            index,
+            ready_ms: vm.ready_ms,
+            uname: vm.hello.uname.clone(),
+        });
+        let job_id = (u64::from(index) << 32) | 0xFFFF_FFFF;
+        match vm.session.run_point(
+            job_id,
+            &pair.server_job,
+            &self.devices,
+            self.timeouts.point.0,
+        ) {
+            Ok(PointOutcome::Done { .. }) => Ok(vm),
+            Ok(PointOutcome::Failed { error }) => {
+                let _ = vm.shutdown();
+                Err(BootError::Failed(format!(
+                    "the server VM's setup job failed: {error}"
+                )))
+            }
+            Err(Fatal::Interrupted) => Err(BootError::Interrupted),
+            Err(fatal) => Err(BootError::Failed(format!("server VM: {}", vm.fail(&fatal)))),
+        }
+    }
+}
+
+/// A free TCP port on loopback (the link's listener binds it next).
+fn free_port() -> Result<u16, BootError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| BootError::Failed(format!("no free loopback port for the VM link: {e}")))
+}
+
+/// Whether something listens on 127.0.0.1:port, from /proc/net/tcp: a
+/// probing connect would be taken by QEMU as its one peer.
+fn listening(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!("0100007F:{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1] == local && f[3] == "0A"
+    })
 }
 
 impl Executor for QemuExecutor {
@@ -52,82 +276,46 @@ impl Executor for QemuExecutor {
         on_point: &mut OnPoint<'_>,
         events: &mut dyn FnMut(Event),
     ) -> Result<(BootRecord, usize), BootError> {
-        let nonce = random_hex(8);
+        let mut server = None;
         let mut config = self.config.clone();
-        config.append = kernel_append(config.accel, &nonce, false, &self.cmdline_extra);
-        config.console_log = self.console_path(index);
-        // Unix socket paths are limited to 108 bytes: keep it short, in /tmp.
-        config.agent_socket = std::env::temp_dir().join(format!("testbed-{nonce}.sock"));
-        let argv = build_argv(&config);
-        let console = config.console_log.clone();
-        let mut record = BootRecord {
-            index,
-            hello: None,
-            ready_ms: None,
-            points: Vec::new(),
-            ended: String::new(),
-            argv: argv.clone(),
-        };
+        let mut extra = self.cmdline_extra.clone();
+        let mut peer = String::new();
+        if let Some(pair) = self.pair.clone() {
+            let port = free_port()?;
+            server = Some(self.boot_server(index, &pair, port, events)?);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !listening(port) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            config.nics = vec![Nic {
+                mac: "52:54:00:7e:57:02".into(),
+                netdev: format!("socket,connect=127.0.0.1:{port}"),
+            }];
+            extra.push(format!(
+                "{}={}",
+                testbed_agent::protocol::CMDLINE_NET,
+                pair.client_addr
+            ));
+            peer = pair.server_addr.split('/').next().unwrap_or("").to_string();
+        }
+        let role = if server.is_some() { "client" } else { "" };
         events(Event::BootStarted {
             index,
             accel: config.accel.to_string(),
         });
-        let started = Instant::now();
-        let qemu_log = self.run_dir.join(if index == 0 {
-            "qemu.log".to_string()
-        } else {
-            format!("qemu.boot{index}.log")
-        });
-        let mut vm =
-            VmProcess::spawn(&argv, &qemu_log).map_err(|e| BootError::Failed(e.to_string()))?;
-        let socket = config.agent_socket.clone();
-        let _cleanup = RemoveOnDrop(socket.clone());
-        let channel = match Channel::connect_vm(&socket, &mut vm, self.timeouts.boot.0) {
-            Ok(c) => c,
-            Err(e) => {
-                vm.kill();
-                return Err(BootError::Failed(format!(
-                    "{e}\nQEMU said:\n{}",
-                    tail_lines(&qemu_log, 10)
-                )));
-            }
-        };
-        let vm_cell = std::cell::RefCell::new(&mut vm);
-        let console_for_dead = console.clone();
-        let qemu_log_for_dead = qemu_log.clone();
-        let mut session = Session {
-            channel,
-            is_dead: Box::new(|| {
-                let status = vm_cell.borrow_mut().try_wait()?;
-                Some(format!(
-                    "QEMU exited ({status})\nlast console lines:\n{}\nQEMU said:\n{}",
-                    console_digest(&console_for_dead, 15),
-                    tail_lines(&qemu_log_for_dead, 5)
-                ))
-            }),
-            heartbeat_timeout: self.timeouts.heartbeat.0,
-        };
-        let hello = match session.handshake(&nonce, self.timeouts.boot.0) {
-            Ok(h) => h,
-            Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
-            Err(e) => {
-                drop(session);
-                vm.kill();
-                return Err(BootError::Failed(format!(
-                    "the guest never reached the agent: {e}\nlast console lines:\n{}",
-                    console_digest(&console, 15)
-                )));
-            }
-        };
-        let ready_ms = started.elapsed().as_millis() as u64;
-        record.ready_ms = Some(ready_ms);
+        let mut vm = boot_vm(
+            &config,
+            &extra,
+            &self.run_dir,
+            &label(index, role),
+            &self.timeouts,
+        )?;
         events(Event::BootReady {
             index,
-            ready_ms,
-            uname: hello.uname.clone(),
+            ready_ms: vm.ready_ms,
+            uname: vm.hello.uname.clone(),
         });
-        record.hello = Some(hello);
-
+        let mut record = Self::record(index, &vm);
         let mut handled = 0;
         for (i, point) in points.iter().enumerate() {
             events(Event::PointStarted {
@@ -135,49 +323,67 @@ impl Executor for QemuExecutor {
                 label: point.label(),
             });
             let job_id = (u64::from(index) << 32) | i as u64;
-            match session.run_point(job_id, point, &self.devices, self.timeouts.point.0) {
+            let job = if peer.is_empty() {
+                point.clone()
+            } else {
+                with_peer(point, &peer)
+            };
+            match vm
+                .session
+                .run_point(job_id, &job, &self.devices, self.timeouts.point.0)
+            {
                 Ok(outcome) => {
                     handled += 1;
                     record.points.push(point.id());
                     if let Err(e) = on_point(point, outcome) {
                         record.ended = format!("stopped: {e}");
-                        return Ok((record, handled));
+                        break;
                     }
                 }
                 Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
                 Err(fatal) => {
                     handled += 1;
                     record.points.push(point.id());
-                    drop(session);
-                    vm.kill();
-                    let error = format!(
-                        "{fatal}\nlast console lines:\n{}",
-                        console_digest(&console, 15)
-                    );
                     record.ended = format!("failed at point {}: {fatal}", point.id());
+                    let error = vm.fail(&fatal);
                     let _ = on_point(point, PointOutcome::Failed { error });
+                    if let Some(s) = server {
+                        let _ = s.shutdown();
+                    }
                     return Ok((record, handled));
                 }
             }
         }
-        let shutdown = session.shutdown(Duration::from_secs(10));
-        drop(session);
-        record.ended = match shutdown {
-            Ok(()) => "shutdown".into(),
-            Err(e) => format!("shutdown: {e}"),
-        };
-        if vm.wait_timeout(Duration::from_secs(15)).is_none() {
-            record.ended.push_str(" (QEMU did not exit: killed)");
-            vm.kill();
+        let ended = vm.shutdown();
+        if record.ended.is_empty() {
+            record.ended = ended;
+        }
+        if let Some(s) = server {
+            let ended = s.shutdown();
+            record.ended.push_str(&format!("; server VM: {ended}"));
         }
         Ok((record, handled))
     }
 }
 
-struct RemoveOnDrop(PathBuf);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+    #[test]
+    fn labels_name_boots_and_roles() {
+        assert_eq!(label(0, ""), "");
+        assert_eq!(label(2, ""), ".boot2");
+        assert_eq!(label(0, "server"), "-server");
+        assert_eq!(label(1, "client"), "-client.boot1");
+    }
+
+    #[test]
+    fn listening_reads_proc_net_tcp() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(listening(port));
+        drop(l);
+        assert!(!listening(port));
     }
 }
