@@ -113,6 +113,6 @@ mod tests {
     #[test]
     fn formats_utc() {
         assert_eq!(super::format_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::format_utc(1_796_031_718), "2026-11-30T09:01:58Z");
+        assert_eq!(super::format_utc(1_796_031_718), "2026-11-30T09:41:58Z");
     }
 }
