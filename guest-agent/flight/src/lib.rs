@@ -1,1 +1,35 @@
+//! Arrow Flight benchmarks of the testbed (`flight` family in papers.md).
+//!
+//! - Bulk transfer with the semantics of Arrow C++ `arrow-flight-benchmark`:
+//!   4 int64 columns, the server re-sends one pre-built batch, MB = 2^20
+//!   payload bytes. [`server`] serves DoGet/DoPut/DoExchange, [`bench`] drives
+//!   them and returns per-stream results.
+//! - [`compare`] runs the same payload through pyarrow's C++ Flight.
+//! - [`query`] compares row protocols (ODBC, libpq) with Flight SQL over a
+//!   synthetic NYC-taxi table in PostgreSQL.
+//!
+//! [`cli`] holds the `testbed flight ...` / `testbed-flight ...` commands.
+//!
+//! Setup (host): `pip install pyarrow` for the interop tests and
+//! `compare-pyarrow`; `apt-get install -y postgresql-15 odbc-postgresql
+//! unixodbc unixodbc-dev` for `query`. The ODBC clients are behind the
+//! `odbc` feature (libodbc is linked dynamically and dlopens psqlODBC, so
+//! the static guest build leaves them out): `cargo test -p testbed-flight
+//! --features odbc`.
 
+pub mod addr;
+pub mod bench;
+pub mod cli;
+pub mod codec;
+pub mod compare;
+pub mod data;
+pub mod error;
+pub mod pyarrow;
+pub mod query;
+pub mod server;
+pub mod settings;
+pub mod tls;
+pub mod transport;
+
+pub use cli::{FlightCommand, run_command};
+pub use error::FlightError;

@@ -1,0 +1,236 @@
+//! `testbed flight <cmd>` and `testbed-flight <cmd>`: the same subcommands,
+//! blocking, each on its own tokio runtime.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::bench::{BenchConfig, BenchResult};
+use crate::server::ServerConfig;
+use crate::settings::{Compression, Op, TransportSettings};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum FlightCommand {
+    /// Serve the bulk benchmark (DoGet/DoPut/DoExchange) until SIGINT/SIGTERM.
+    Serve {
+        /// IP:PORT (port 0 picks a free one) or unix:/path.
+        #[arg(long, default_value = "127.0.0.1:31337")]
+        addr: String,
+        /// Directory holding ca.pem, server.pem, server.key (from gen-cert).
+        #[arg(long)]
+        tls_dir: Option<PathBuf>,
+        #[command(flatten)]
+        settings: TransportSettings,
+        /// Tokio worker threads (default: one per CPU).
+        #[arg(long)]
+        runtime_threads: Option<usize>,
+    },
+    /// Run the bulk client against a server and print MB/s.
+    Bench(BenchArgs),
+    /// Write a CA and a server certificate (name "localhost") for --tls runs.
+    GenCert {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Our DoGet/DoPut beside pyarrow's C++ Flight on loopback, same payload.
+    ComparePyarrow(crate::compare::CompareArgs),
+    /// Query comparison: PostgreSQL via ODBC (row, block), libpq, Flight SQL.
+    Query(crate::query::QueryArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Server address: IP:PORT or unix:/path.
+    #[arg(long)]
+    pub server: String,
+    #[arg(long, value_enum, default_value = "get")]
+    pub op: Op,
+    /// Shorthand for --op put.
+    #[arg(long, conflicts_with = "op")]
+    pub put: bool,
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// Concurrent client workers (default: one per stream).
+    #[arg(long, default_value_t = 0)]
+    pub threads: u32,
+    #[arg(long, default_value_t = 200_980)]
+    pub records_per_stream: u64,
+    /// Records per batch (4096 for DoGet and 2048 for DoPut in the paper).
+    #[arg(long = "batch", alias = "records-per-batch", default_value_t = 4096)]
+    pub records_per_batch: u32,
+    #[arg(long, value_enum, default_value = "none")]
+    pub compression: Compression,
+    /// CA certificate (ca.pem from gen-cert); given means TLS.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Check row counts and checksums.
+    #[arg(long)]
+    pub verify: bool,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// One JSON line per stream, then a summary line.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value_t = 5.0)]
+    pub connect_timeout_secs: f64,
+    #[arg(long)]
+    pub runtime_threads: Option<usize>,
+    #[command(flatten)]
+    pub settings: TransportSettings,
+}
+
+impl BenchArgs {
+    pub fn config(&self) -> BenchConfig {
+        BenchConfig {
+            server: self.server.clone(),
+            op: if self.put { Op::Put } else { self.op },
+            streams: self.streams,
+            threads: self.threads,
+            records_per_stream: self.records_per_stream,
+            records_per_batch: self.records_per_batch,
+            compression: self.compression,
+            tls_ca: self.tls_ca.clone(),
+            verify: self.verify,
+            seed: self.seed,
+            settings: self.settings.clone(),
+            connect_timeout: Duration::from_secs_f64(self.connect_timeout_secs.max(0.001)),
+        }
+    }
+}
+
+pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    if let Some(n) = threads {
+        b.worker_threads(n.max(1));
+    }
+    b.build().context("starting the tokio runtime")
+}
+
+/// Runs one subcommand to completion.
+pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
+    match cmd {
+        FlightCommand::Serve {
+            addr,
+            tls_dir,
+            settings,
+            runtime_threads,
+        } => {
+            crate::settings::tune_malloc(&settings);
+            let cfg = ServerConfig {
+                addr: addr.parse()?,
+                settings,
+                tls_dir,
+            };
+            runtime(runtime_threads)?.block_on(serve(cfg))
+        }
+        FlightCommand::Bench(args) => {
+            let cfg = args.config();
+            crate::settings::tune_malloc(&cfg.settings);
+            let r = runtime(args.runtime_threads)?
+                .block_on(crate::bench::run(&cfg))
+                .with_context(|| {
+                    format!(
+                        "Flight {} benchmark against {}",
+                        cfg.op.as_str(),
+                        cfg.server
+                    )
+                })?;
+            print_bench(&r, args.json)
+        }
+        FlightCommand::GenCert { dir } => {
+            let f = crate::tls::generate(&dir)?;
+            println!("{}", f.ca_cert.display());
+            Ok(())
+        }
+        FlightCommand::ComparePyarrow(args) => crate::compare::run(&args),
+        FlightCommand::Query(args) => crate::query::run_cli(&args),
+    }
+}
+
+async fn serve(cfg: ServerConfig) -> anyhow::Result<()> {
+    let server = crate::server::start(&cfg).await?;
+    // The first stdout line tells a parent where we listen (port 0 resolved).
+    let line = serde_json::json!({
+        "listening": server.addr.to_string(),
+        "tls": cfg.tls_dir.is_some(),
+        "settings": cfg.settings,
+    });
+    let mut out = std::io::stdout();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    server.stop().await?;
+    Ok(())
+}
+
+fn print_bench(r: &BenchResult, json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        for s in &r.per_stream {
+            let mut v = serde_json::to_value(s)?;
+            v["type"] = "stream".into();
+            writeln!(out, "{v}")?;
+        }
+        let mut v = serde_json::to_value(r)?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("per_stream");
+        }
+        v["type"] = "summary".into();
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    for s in &r.per_stream {
+        writeln!(
+            out,
+            "stream {:>3}: {:>10} records {:>6} batches {:>8.3} s {:>9.1} MB/s{}",
+            s.stream,
+            s.records,
+            s.batches,
+            s.seconds,
+            s.mb_per_s,
+            latency_text(&s.latencies_ns)
+        )?;
+    }
+    writeln!(
+        out,
+        "Do{} streams={} threads={} records/stream={} batch={} compression={} tls={} {}: {:.1} MB/s ({} MB in {:.3} s)",
+        match r.op {
+            Op::Get => "Get",
+            Op::Put => "Put",
+            Op::Exchange => "Exchange",
+        },
+        r.streams,
+        r.threads,
+        r.records_per_stream,
+        r.records_per_batch,
+        r.compression.as_str(),
+        r.tls,
+        r.transport,
+        r.mb_per_s,
+        r.bytes as f64 / crate::data::MB,
+        r.wall_seconds
+    )?;
+    Ok(())
+}
+
+fn latency_text(ns: &[u64]) -> String {
+    if ns.is_empty() {
+        return String::new();
+    }
+    let mut v = ns.to_vec();
+    v.sort_unstable();
+    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+    format!(
+        "  batch latency p50 {:.1} us p99 {:.1} us max {:.1} us",
+        p(0.5),
+        p(0.99),
+        p(1.0)
+    )
+}

@@ -1,0 +1,129 @@
+//! Loading the table with COPY, and the tokio-postgres client (the libpq
+//! row protocol, binary results over the extended query protocol).
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures::{SinkExt, TryStreamExt};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, NoTls, Row};
+
+use super::taxi::{self, Checksum, TABLE};
+use crate::error::{FlightError, Result};
+
+pub fn pg_err(context: &str, e: tokio_postgres::Error) -> FlightError {
+    let detail = e
+        .as_db_error()
+        .map(|d| format!(": {}", d.message()))
+        .unwrap_or_default();
+    FlightError::Other(format!("{context}: {e}{detail}"))
+}
+
+/// Connects; the connection task runs on the current runtime.
+pub async fn connect(conn: &str) -> Result<Client> {
+    let (client, connection) = tokio_postgres::connect(conn, NoTls)
+        .await
+        .map_err(|e| pg_err(&format!("connect to PostgreSQL ({conn})"), e))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// Creates the table and loads `rows` generated rows with COPY (CSV).
+pub async fn load(conn: &str, seed: u64, rows: u64) -> Result<()> {
+    let client = connect(conn).await?;
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {TABLE}; {}",
+            taxi::create_table_sql()
+        ))
+        .await
+        .map_err(|e| pg_err("create table", e))?;
+    let sink = client
+        .copy_in(&format!("COPY {TABLE} FROM STDIN (FORMAT csv)"))
+        .await
+        .map_err(|e| pg_err("COPY", e))?;
+    futures::pin_mut!(sink);
+    let mut buf = String::with_capacity(8 << 20);
+    for r in 0..rows {
+        taxi::csv_line(&taxi::trip(seed, r), &mut buf);
+        if buf.len() >= 8 << 20 {
+            let chunk = Bytes::from(std::mem::take(&mut buf));
+            sink.send(chunk).await.map_err(|e| pg_err("COPY data", e))?;
+        }
+    }
+    if !buf.is_empty() {
+        sink.send(Bytes::from(buf))
+            .await
+            .map_err(|e| pg_err("COPY data", e))?;
+    }
+    let n = sink.finish().await.map_err(|e| pg_err("COPY end", e))?;
+    if n != rows {
+        return Err(FlightError::Verify(format!(
+            "COPY loaded {n} rows, {rows} sent"
+        )));
+    }
+    client
+        .batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
+        .await
+        .map_err(|e| pg_err("VACUUM ANALYZE", e))?;
+    Ok(())
+}
+
+/// µs since 1970 of a PostgreSQL `timestamp` read as SystemTime.
+pub fn micros(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_micros() as i64,
+        Err(e) => -(e.duration().as_micros() as i64),
+    }
+}
+
+fn add_row(c: &mut Checksum, row: &Row) -> Result<()> {
+    let get_err = |e: tokio_postgres::Error| pg_err("read a column", e);
+    for (i, col) in row.columns().iter().enumerate() {
+        let t = col.type_();
+        if *t == Type::INT4 {
+            if let Some(v) = row.try_get::<_, Option<i32>>(i).map_err(get_err)? {
+                c.int(i64::from(v));
+            }
+        } else if *t == Type::INT8 {
+            if let Some(v) = row.try_get::<_, Option<i64>>(i).map_err(get_err)? {
+                c.int(v);
+            }
+        } else if *t == Type::INT2 {
+            if let Some(v) = row.try_get::<_, Option<i16>>(i).map_err(get_err)? {
+                c.int(i64::from(v));
+            }
+        } else if *t == Type::FLOAT8 {
+            if let Some(v) = row.try_get::<_, Option<f64>>(i).map_err(get_err)? {
+                c.float(v);
+            }
+        } else if *t == Type::TIMESTAMP {
+            if let Some(v) = row.try_get::<_, Option<SystemTime>>(i).map_err(get_err)? {
+                c.micros(micros(v));
+            }
+        } else if *t == Type::TEXT || *t == Type::VARCHAR {
+            if let Some(v) = row.try_get::<_, Option<&str>>(i).map_err(get_err)? {
+                c.text(v.as_bytes());
+            }
+        } else {
+            return Err(FlightError::Other(format!("unsupported column type {t}")));
+        }
+    }
+    c.rows += 1;
+    Ok(())
+}
+
+/// Connect, run `sql`, stream every row.
+pub async fn fetch(conn: &str, sql: &str) -> Result<Checksum> {
+    let client = connect(conn).await?;
+    let rows = client
+        .query_raw(sql, std::iter::empty::<i32>())
+        .await
+        .map_err(|e| pg_err("query", e))?;
+    futures::pin_mut!(rows);
+    let mut c = Checksum::default();
+    while let Some(row) = rows.try_next().await.map_err(|e| pg_err("fetch", e))? {
+        add_row(&mut c, &row)?;
+    }
+    Ok(c)
+}

@@ -1,0 +1,316 @@
+//! Query comparison (`flight-query` in papers.md): `SELECT * FROM nyc_taxi
+//! LIMIT N` through a row protocol and through Flight SQL. Each timing
+//! includes connecting and fetching every row; every client's rows are
+//! checksummed and must agree with the generator.
+
+pub mod libpq;
+#[cfg(feature = "odbc")]
+pub mod odbc;
+pub mod pg;
+pub mod sqlserver;
+pub mod taxi;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{FlightError, Result};
+use crate::server::ServerConfig;
+use crate::settings::TransportSettings;
+use taxi::Checksum;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueryClient {
+    /// ODBC (psqlODBC), SQLGetData per value: the pyodbc way.
+    OdbcRow,
+    /// ODBC with bound columnar buffers: the turbodbc way.
+    OdbcBlock,
+    /// tokio-postgres (PostgreSQL wire protocol, binary rows).
+    Libpq,
+    /// Flight SQL server that reads PostgreSQL (protocol effect).
+    FlightSql,
+    /// Flight SQL server that reads Parquet (source effect).
+    FlightSqlParquet,
+}
+
+impl QueryClient {
+    pub fn name(self) -> &'static str {
+        match self {
+            QueryClient::OdbcRow => "odbc-row",
+            QueryClient::OdbcBlock => "odbc-block",
+            QueryClient::Libpq => "libpq",
+            QueryClient::FlightSql => "flight-sql",
+            QueryClient::FlightSqlParquet => "flight-sql-parquet",
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct QueryArgs {
+    /// N of `LIMIT N`, one point per value.
+    #[arg(long, value_delimiter = ',', default_value = "1000,100000")]
+    pub rows: Vec<u64>,
+    /// Rows loaded (default: the largest N).
+    #[arg(long)]
+    pub table_rows: Option<u64>,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "odbc-row,odbc-block,libpq,flight-sql,flight-sql-parquet"
+    )]
+    pub clients: Vec<QueryClient>,
+    #[arg(long, default_value_t = 1)]
+    pub repetitions: u32,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Rows per Arrow batch (Flight SQL) and per ODBC block.
+    #[arg(long, default_value_t = 65_536)]
+    pub batch_rows: usize,
+    /// Where PostgreSQL's data directory and the Parquet file go (default: a
+    /// temporary directory, removed afterwards).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// One JSON line per measurement instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One client fetching N rows once.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub client: QueryClient,
+    pub limit: u64,
+    pub repetition: u32,
+    pub rows: u64,
+    pub seconds: f64,
+    pub checksum: Checksum,
+    pub matches: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryReport {
+    pub table_rows: u64,
+    pub seed: u64,
+    pub load_seconds: f64,
+    pub parquet_seconds: f64,
+    pub measurements: Vec<Measurement>,
+}
+
+impl QueryReport {
+    pub fn all_match(&self) -> bool {
+        self.measurements.iter().all(|m| m.matches)
+    }
+}
+
+/// A directory that is removed on drop unless the user chose it.
+struct RunDir {
+    path: PathBuf,
+    owned: bool,
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn write_parquet(path: &std::path::Path, seed: u64, rows: u64) -> Result<()> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| FlightError::io(format!("create {}", path.display()), e))?;
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, taxi::arrow_schema(), None)
+        .map_err(|e| FlightError::Other(format!("parquet writer: {e}")))?;
+    let step = 65_536u64;
+    let mut start = 0;
+    while start < rows {
+        let n = step.min(rows - start);
+        w.write(&taxi::batch(seed, start, n)?)
+            .map_err(|e| FlightError::Other(format!("parquet write: {e}")))?;
+        start += n;
+    }
+    w.close()
+        .map_err(|e| FlightError::Other(format!("parquet close: {e}")))?;
+    Ok(())
+}
+
+/// Starts PostgreSQL, loads the table, serves it over Flight SQL and runs
+/// every client on every N.
+pub fn run(a: &QueryArgs) -> Result<QueryReport> {
+    let max_n = a.rows.iter().copied().max().unwrap_or(0);
+    let table_rows = a.table_rows.unwrap_or(max_n);
+    if a.rows.is_empty() || table_rows == 0 {
+        return Err(FlightError::Param("--rows needs at least one N > 0".into()));
+    }
+    #[cfg(not(feature = "odbc"))]
+    if a.clients
+        .iter()
+        .any(|c| matches!(c, QueryClient::OdbcRow | QueryClient::OdbcBlock))
+    {
+        return Err(FlightError::Param(
+            "this build has no ODBC clients (build with --features odbc, or pick --clients)".into(),
+        ));
+    }
+    let dir = match &a.run_dir {
+        Some(p) => {
+            std::fs::create_dir_all(p)
+                .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
+            RunDir {
+                path: p.clone(),
+                owned: false,
+            }
+        }
+        None => {
+            let p =
+                std::env::temp_dir().join(format!("testbed-flight-query-{}", std::process::id()));
+            std::fs::create_dir_all(&p)
+                .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
+            RunDir {
+                path: p,
+                owned: true,
+            }
+        }
+    };
+    let mut pg = pg::PgCluster::start(&dir.path)?;
+    let conn = pg.conn_string();
+    let rt = crate::cli::runtime(Some(2)).map_err(|e| FlightError::Other(e.to_string()))?;
+
+    let t0 = Instant::now();
+    rt.block_on(libpq::load(&conn, a.seed, table_rows))?;
+    let load_seconds = t0.elapsed().as_secs_f64();
+    let parquet_path = dir.path.join("nyc_taxi.parquet");
+    let t0 = Instant::now();
+    write_parquet(&parquet_path, a.seed, table_rows)?;
+    let parquet_seconds = t0.elapsed().as_secs_f64();
+
+    // Flight SQL servers on their own runtime, as a separate server would be.
+    let server_rt = crate::cli::runtime(None).map_err(|e| FlightError::Other(e.to_string()))?;
+    let settings = TransportSettings::default();
+    let cfg = ServerConfig {
+        addr: "127.0.0.1:0".parse()?,
+        settings: settings.clone(),
+        tls_dir: None,
+    };
+    let (sql_pg, sql_parquet) = server_rt.block_on(async {
+        let client = Arc::new(libpq::connect(&conn).await?);
+        let a1 = sqlserver::start(&cfg, sqlserver::Source::Postgres(client), a.batch_rows).await?;
+        let a2 = sqlserver::start(
+            &cfg,
+            sqlserver::Source::Parquet(parquet_path.clone()),
+            a.batch_rows,
+        )
+        .await?;
+        Ok::<_, FlightError>((a1, a2))
+    })?;
+    let (pg_addr, pq_addr) = (sql_pg.addr.to_string(), sql_parquet.addr.to_string());
+
+    let mut measurements = Vec::new();
+    for &n in &a.rows {
+        let sql = format!("SELECT * FROM {} LIMIT {n}", taxi::TABLE);
+        let want = taxi::expected(a.seed, n.min(table_rows));
+        for rep in 0..a.repetitions.max(1) {
+            for &client in &a.clients {
+                let t0 = Instant::now();
+                let got = match client {
+                    #[cfg(feature = "odbc")]
+                    QueryClient::OdbcRow => {
+                        odbc::fetch_rows(&odbc::connection_string(pg.port), &sql)
+                    }
+                    #[cfg(feature = "odbc")]
+                    QueryClient::OdbcBlock => {
+                        odbc::fetch_blocks(&odbc::connection_string(pg.port), &sql, a.batch_rows)
+                    }
+                    #[cfg(not(feature = "odbc"))]
+                    QueryClient::OdbcRow | QueryClient::OdbcBlock => {
+                        Err(FlightError::Param("built without ODBC".into()))
+                    }
+                    QueryClient::Libpq => rt.block_on(libpq::fetch(&conn, &sql)),
+                    QueryClient::FlightSql => {
+                        rt.block_on(sqlserver::fetch(&pg_addr, &sql, &settings))
+                    }
+                    QueryClient::FlightSqlParquet => {
+                        rt.block_on(sqlserver::fetch(&pq_addr, &sql, &settings))
+                    }
+                }
+                .map_err(|e| FlightError::Other(format!("{} LIMIT {n}: {e}", client.name())))?;
+                let seconds = t0.elapsed().as_secs_f64();
+                measurements.push(Measurement {
+                    client,
+                    limit: n,
+                    repetition: rep,
+                    rows: got.rows,
+                    seconds,
+                    checksum: got,
+                    matches: got == want,
+                });
+            }
+        }
+    }
+    server_rt.block_on(async {
+        let r1 = sql_pg.stop().await;
+        let r2 = sql_parquet.stop().await;
+        r1.and(r2)
+    })?;
+    pg.stop()?;
+    Ok(QueryReport {
+        table_rows,
+        seed: a.seed,
+        load_seconds,
+        parquet_seconds,
+        measurements,
+    })
+}
+
+pub fn run_cli(a: &QueryArgs) -> anyhow::Result<()> {
+    let r = run(a)?;
+    if a.json {
+        for m in &r.measurements {
+            println!("{}", serde_json::to_string(m)?);
+        }
+    } else {
+        println!(
+            "table {} rows (seed {}), COPY load {:.2} s, Parquet write {:.2} s",
+            r.table_rows, r.seed, r.load_seconds, r.parquet_seconds
+        );
+        println!(
+            "| N | client | median s ({} reps) | rows/s | rows | checksum | ok |",
+            a.repetitions.max(1)
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for &n in &a.rows {
+            for &client in &a.clients {
+                let ms: Vec<&Measurement> = r
+                    .measurements
+                    .iter()
+                    .filter(|m| m.limit == n && m.client == client)
+                    .collect();
+                let Some(first) = ms.first() else { continue };
+                let mut secs: Vec<f64> = ms.iter().map(|m| m.seconds).collect();
+                secs.sort_by(f64::total_cmp);
+                let median = secs[secs.len() / 2];
+                println!(
+                    "| {n} | {} | {median:.4} | {:.0} | {} | {} | {} |",
+                    client.name(),
+                    first.rows as f64 / median.max(1e-9),
+                    first.rows,
+                    first.checksum.short(),
+                    if ms.iter().all(|m| m.matches) {
+                        "yes"
+                    } else {
+                        "NO"
+                    }
+                );
+            }
+        }
+    }
+    if !r.all_match() {
+        anyhow::bail!(
+            "some clients returned rows that differ from the generated table (see the table)"
+        );
+    }
+    Ok(())
+}

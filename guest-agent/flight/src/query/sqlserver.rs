@@ -1,0 +1,361 @@
+//! A Flight SQL server with two sources, so protocol and source effects can
+//! be told apart: `Postgres` runs the statement in PostgreSQL and turns the
+//! rows into Arrow batches; `Parquet` answers `SELECT * FROM nyc_taxi
+//! [LIMIT n]` from a Parquet file with no SQL engine in between.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arrow::array::{
+    ArrayBuilder, ArrayRef, Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch,
+    StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError as AfError;
+use arrow_flight::flight_service_server::FlightServiceServer;
+use arrow_flight::sql::server::FlightSqlService;
+use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery};
+use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use tokio_postgres::types::Type;
+use tonic::{Request, Response, Status};
+
+use super::libpq::{micros, pg_err};
+use super::taxi::TABLE;
+use crate::error::{FlightError, Result};
+use crate::server::{RunningServer, ServerConfig, start_service};
+
+type BatchStream = Pin<Box<dyn Stream<Item = std::result::Result<RecordBatch, AfError>> + Send>>;
+
+pub enum Source {
+    Postgres(Arc<tokio_postgres::Client>),
+    Parquet(PathBuf),
+}
+
+pub struct SqlService {
+    source: Source,
+    batch_rows: usize,
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
+/// Arrow type of a PostgreSQL column type this server can convert.
+fn arrow_type(t: &Type) -> std::result::Result<DataType, Status> {
+    Ok(match *t {
+        Type::INT2 => DataType::Int16,
+        Type::INT4 => DataType::Int32,
+        Type::INT8 => DataType::Int64,
+        Type::FLOAT8 => DataType::Float64,
+        Type::TEXT | Type::VARCHAR => DataType::Utf8,
+        Type::TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
+        _ => {
+            return Err(Status::unimplemented(format!(
+                "column type {t} is not converted"
+            )));
+        }
+    })
+}
+
+/// `LIMIT n` of the one query shape the Parquet source answers.
+pub fn parse_parquet_query(sql: &str) -> std::result::Result<Option<usize>, Status> {
+    let words: Vec<String> = sql
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .map(str::to_lowercase)
+        .collect();
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        ["select", "*", "from", t] if *t == TABLE => Ok(None),
+        ["select", "*", "from", t, "limit", n] if *t == TABLE => n
+            .parse()
+            .map(Some)
+            .map_err(|_| Status::invalid_argument(format!("bad LIMIT {n:?}"))),
+        _ => Err(Status::invalid_argument(format!(
+            "the Parquet source answers only SELECT * FROM {TABLE} [LIMIT n], not {sql:?}"
+        ))),
+    }
+}
+
+enum ColBuilder {
+    I16(Int16Builder),
+    I32(Int32Builder),
+    I64(Int64Builder),
+    F64(Float64Builder),
+    Text(StringBuilder),
+    Ts(TimestampMicrosecondBuilder),
+}
+
+impl ColBuilder {
+    fn new(t: &DataType, cap: usize) -> Self {
+        match t {
+            DataType::Int16 => ColBuilder::I16(Int16Builder::with_capacity(cap)),
+            DataType::Int32 => ColBuilder::I32(Int32Builder::with_capacity(cap)),
+            DataType::Int64 => ColBuilder::I64(Int64Builder::with_capacity(cap)),
+            DataType::Float64 => ColBuilder::F64(Float64Builder::with_capacity(cap)),
+            DataType::Timestamp(..) => {
+                ColBuilder::Ts(TimestampMicrosecondBuilder::with_capacity(cap))
+            }
+            _ => ColBuilder::Text(StringBuilder::with_capacity(cap, cap * 8)),
+        }
+    }
+
+    fn push(
+        &mut self,
+        row: &tokio_postgres::Row,
+        i: usize,
+    ) -> std::result::Result<(), tokio_postgres::Error> {
+        match self {
+            ColBuilder::I16(b) => b.append_option(row.try_get::<_, Option<i16>>(i)?),
+            ColBuilder::I32(b) => b.append_option(row.try_get::<_, Option<i32>>(i)?),
+            ColBuilder::I64(b) => b.append_option(row.try_get::<_, Option<i64>>(i)?),
+            ColBuilder::F64(b) => b.append_option(row.try_get::<_, Option<f64>>(i)?),
+            ColBuilder::Text(b) => b.append_option(row.try_get::<_, Option<&str>>(i)?),
+            ColBuilder::Ts(b) => {
+                b.append_option(row.try_get::<_, Option<SystemTime>>(i)?.map(micros))
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            ColBuilder::I16(b) => Arc::new(b.finish()),
+            ColBuilder::I32(b) => Arc::new(b.finish()),
+            ColBuilder::I64(b) => Arc::new(b.finish()),
+            ColBuilder::F64(b) => Arc::new(b.finish()),
+            ColBuilder::Text(b) => Arc::new(b.finish()),
+            ColBuilder::Ts(b) => Arc::new(b.finish()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ColBuilder::I16(b) => b.len(),
+            ColBuilder::I32(b) => b.len(),
+            ColBuilder::I64(b) => b.len(),
+            ColBuilder::F64(b) => b.len(),
+            ColBuilder::Text(b) => b.len(),
+            ColBuilder::Ts(b) => b.len(),
+        }
+    }
+}
+
+impl SqlService {
+    pub fn new(source: Source, batch_rows: usize) -> Self {
+        SqlService {
+            source,
+            batch_rows: batch_rows.max(1),
+        }
+    }
+
+    async fn schema_of(&self, sql: &str) -> std::result::Result<SchemaRef, Status> {
+        match &self.source {
+            Source::Postgres(client) => {
+                let stmt = client
+                    .prepare(sql)
+                    .await
+                    .map_err(|e| Status::invalid_argument(pg_err("prepare", e).to_string()))?;
+                let fields = stmt
+                    .columns()
+                    .iter()
+                    .map(|c| Ok(Field::new(c.name(), arrow_type(c.type_())?, true)))
+                    .collect::<std::result::Result<Vec<_>, Status>>()?;
+                Ok(Arc::new(Schema::new(fields)))
+            }
+            Source::Parquet(path) => {
+                parse_parquet_query(sql)?;
+                let file = std::fs::File::open(path).map_err(internal)?;
+                let b =
+                    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                        .map_err(internal)?;
+                Ok(b.schema().clone())
+            }
+        }
+    }
+
+    async fn batches(&self, sql: String) -> std::result::Result<(SchemaRef, BatchStream), Status> {
+        let schema = self.schema_of(&sql).await?;
+        let batch_rows = self.batch_rows;
+        match &self.source {
+            Source::Postgres(client) => {
+                let rows = client
+                    .query_raw(sql.as_str(), std::iter::empty::<i32>())
+                    .await
+                    .map_err(|e| Status::internal(pg_err("query", e).to_string()))?;
+                let types: Vec<DataType> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.data_type().clone())
+                    .collect();
+                let s = schema.clone();
+                // Cut the row stream into batches of `batch_rows`.
+                let stream =
+                    futures::stream::unfold((Box::pin(rows), false), move |(mut rows, done)| {
+                        let types = types.clone();
+                        let s = s.clone();
+                        async move {
+                            if done {
+                                return None;
+                            }
+                            let mut cols: Vec<ColBuilder> = types
+                                .iter()
+                                .map(|t| ColBuilder::new(t, batch_rows))
+                                .collect();
+                            let mut ended = false;
+                            while cols.first().is_none_or(|c| c.len() < batch_rows) {
+                                match rows.try_next().await {
+                                    Ok(Some(row)) => {
+                                        for (i, c) in cols.iter_mut().enumerate() {
+                                            if let Err(e) = c.push(&row, i) {
+                                                let e = AfError::ExternalError(Box::new(pg_err(
+                                                    "convert", e,
+                                                )));
+                                                return Some((Err(e), (rows, true)));
+                                            }
+                                        }
+                                    }
+                                    Ok(None) => {
+                                        ended = true;
+                                        break;
+                                    }
+                                    Err(e) => {
+                                        let e =
+                                            AfError::ExternalError(Box::new(pg_err("fetch", e)));
+                                        return Some((Err(e), (rows, true)));
+                                    }
+                                }
+                            }
+                            if ended && cols.first().is_none_or(|c| c.len() == 0) {
+                                return None;
+                            }
+                            let arrays = cols.iter_mut().map(ColBuilder::finish).collect();
+                            let b = RecordBatch::try_new(s, arrays).map_err(AfError::Arrow);
+                            Some((b, (rows, ended)))
+                        }
+                    });
+                Ok((schema, Box::pin(stream)))
+            }
+            Source::Parquet(path) => {
+                let limit = parse_parquet_query(&sql)?;
+                let file = std::fs::File::open(path).map_err(internal)?;
+                let mut b =
+                    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                        .map_err(internal)?
+                        .with_batch_size(batch_rows);
+                if let Some(n) = limit {
+                    b = b.with_limit(n);
+                }
+                let reader = b.build().map_err(internal)?;
+                // Decode on a blocking thread, a few batches ahead.
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                tokio::task::spawn_blocking(move || {
+                    for batch in reader {
+                        if tx.blocking_send(batch.map_err(AfError::Arrow)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let stream = futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|b| (b, rx))
+                });
+                Ok((schema, Box::pin(stream)))
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for SqlService {
+    type FlightService = SqlService;
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let schema = self.schema_of(&query.query).await?;
+        let ticket = TicketStatementQuery {
+            statement_handle: query.query.into_bytes().into(),
+        };
+        let ticket = Ticket::new(ticket.as_any().encode_to_vec());
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(internal)?
+            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let sql = String::from_utf8(ticket.statement_handle.to_vec())
+            .map_err(|_| Status::invalid_argument("statement handle is not UTF-8"))?;
+        let (schema, batches) = self.batches(sql).await?;
+        let stream = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            // One message per batch: the message limits are raised instead.
+            .with_max_flight_data_size(usize::MAX)
+            .build(batches)
+            .map_err(Status::from);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// Starts a Flight SQL server over `source`.
+pub async fn start(cfg: &ServerConfig, source: Source, batch_rows: usize) -> Result<RunningServer> {
+    let limit = cfg.settings.max_message_bytes;
+    let svc = FlightServiceServer::new(SqlService::new(source, batch_rows))
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
+    start_service(cfg, svc).await
+}
+
+/// Flight SQL client: connect, execute, DoGet every endpoint, checksum.
+pub async fn fetch(
+    addr: &str,
+    sql: &str,
+    settings: &crate::settings::TransportSettings,
+) -> Result<super::taxi::Checksum> {
+    let addr: crate::addr::Addr = addr.parse()?;
+    let inner =
+        crate::bench::client(&addr, None, settings, std::time::Duration::from_secs(10)).await?;
+    let mut client = arrow_flight::sql::client::FlightSqlServiceClient::new_from_inner(inner);
+    let rpc = |call: &'static str, e: AfError| FlightError::Rpc {
+        call,
+        addr: addr.to_string(),
+        status: e.to_string(),
+    };
+    let info = client
+        .execute(sql.to_string(), None)
+        .await
+        .map_err(|e| rpc("Flight SQL execute", e))?;
+    let mut c = super::taxi::Checksum::default();
+    for ep in info.endpoint {
+        let ticket = ep
+            .ticket
+            .ok_or_else(|| FlightError::Verify("endpoint without ticket".into()))?;
+        let mut stream = client
+            .do_get(ticket)
+            .await
+            .map_err(|e| rpc("Flight SQL DoGet", e))?;
+        while let Some(b) = stream.next().await {
+            c.add_batch(&b.map_err(|e| rpc("Flight SQL DoGet", e))?)?;
+        }
+    }
+    Ok(c)
+}

@@ -1,0 +1,388 @@
+//! The synthetic NYC-taxi table: the yellow-cab trip record's shape
+//! (timestamps, small ints, money as floats, short strings), generated from
+//! a seed so every run loads the same rows, and the checksum all clients
+//! compute over what they fetched.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int32Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow::datatypes::{
+    DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef, TimeUnit,
+    TimestampMicrosecondType,
+};
+use serde::Serialize;
+
+use crate::error::{FlightError, Result};
+
+pub const TABLE: &str = "nyc_taxi";
+
+/// How a column is read and checksummed, whatever the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Int,
+    Timestamp,
+    Float,
+    Text,
+}
+
+/// Column name, SQL type, kind.
+pub const COLUMNS: [(&str, &str, Kind); 12] = [
+    ("vendor_id", "integer", Kind::Int),
+    ("pickup_at", "timestamp", Kind::Timestamp),
+    ("dropoff_at", "timestamp", Kind::Timestamp),
+    ("passenger_count", "integer", Kind::Int),
+    ("trip_distance", "double precision", Kind::Float),
+    ("pickup_location_id", "integer", Kind::Int),
+    ("dropoff_location_id", "integer", Kind::Int),
+    ("payment_type", "text", Kind::Text),
+    ("store_and_fwd_flag", "text", Kind::Text),
+    ("fare_amount", "double precision", Kind::Float),
+    ("tip_amount", "double precision", Kind::Float),
+    ("total_amount", "double precision", Kind::Float),
+];
+
+const PAYMENT: [&str; 4] = ["Credit", "Cash", "No Charge", "Dispute"];
+/// 2015-01-01 00:00:00 UTC in microseconds.
+const EPOCH_2015_US: i64 = 1_420_070_400_000_000;
+
+pub fn create_table_sql() -> String {
+    let cols: Vec<String> = COLUMNS
+        .iter()
+        .map(|(n, t, _)| format!("{n} {t} NOT NULL"))
+        .collect();
+    format!("CREATE TABLE {TABLE} ({})", cols.join(", "))
+}
+
+pub fn arrow_schema() -> SchemaRef {
+    Arc::new(Schema::new(
+        COLUMNS
+            .iter()
+            .map(|(n, _, k)| {
+                let t = match k {
+                    Kind::Int => DataType::Int32,
+                    Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+                    Kind::Float => DataType::Float64,
+                    Kind::Text => DataType::Utf8,
+                };
+                Field::new(*n, t, false)
+            })
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// One trip. Money is whole cents so every client reads it back exactly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trip {
+    pub vendor_id: i32,
+    pub pickup_us: i64,
+    pub dropoff_us: i64,
+    pub passenger_count: i32,
+    pub distance_cents: i64,
+    pub pickup_location: i32,
+    pub dropoff_location: i32,
+    pub payment: &'static str,
+    pub flag: &'static str,
+    pub fare_cents: i64,
+    pub tip_cents: i64,
+}
+
+impl Trip {
+    pub fn total_cents(&self) -> i64 {
+        self.fare_cents + self.tip_cents + 50
+    }
+}
+
+/// SplitMix64 of (seed, row): rows can be made in any order, in parallel.
+fn mix(seed: u64, row: u64, salt: u64) -> u64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(row.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add(salt.wrapping_mul(0x94D0_49BB_1331_11EB));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+pub fn trip(seed: u64, row: u64) -> Trip {
+    let r = |salt: u64, n: u64| mix(seed, row, salt) % n;
+    let pickup_us = EPOCH_2015_US + (row as i64) * 2_000_000 + (r(1, 2) as i64) * 1_000_000;
+    let duration_s = 60 + r(2, 3540) as i64;
+    let fare_cents = 250 + r(5, 7000) as i64;
+    Trip {
+        vendor_id: 1 + r(0, 2) as i32,
+        pickup_us,
+        dropoff_us: pickup_us + duration_s * 1_000_000,
+        passenger_count: 1 + r(3, 6) as i32,
+        distance_cents: 10 + r(4, 3000) as i64,
+        pickup_location: 1 + r(6, 265) as i32,
+        dropoff_location: 1 + r(7, 265) as i32,
+        payment: PAYMENT[r(8, 4) as usize],
+        flag: if r(9, 50) == 0 { "Y" } else { "N" },
+        fare_cents,
+        tip_cents: if r(10, 3) == 0 { 0 } else { r(11, 1500) as i64 },
+    }
+}
+
+fn cents_f64(c: i64) -> f64 {
+    c as f64 / 100.0
+}
+
+/// Rows `start..start+n` as an Arrow batch (for Parquet).
+pub fn batch(seed: u64, start: u64, n: u64) -> Result<RecordBatch> {
+    let trips: Vec<Trip> = (start..start + n).map(|r| trip(seed, r)).collect();
+    let ints =
+        |f: fn(&Trip) -> i32| Arc::new(trips.iter().map(f).collect::<Int32Array>()) as ArrayRef;
+    let ts = |f: fn(&Trip) -> i64| {
+        Arc::new(TimestampMicrosecondArray::from(
+            trips.iter().map(f).collect::<Vec<i64>>(),
+        )) as ArrayRef
+    };
+    let money = |f: fn(&Trip) -> i64| {
+        Arc::new(
+            trips
+                .iter()
+                .map(|t| cents_f64(f(t)))
+                .collect::<Float64Array>(),
+        ) as ArrayRef
+    };
+    let text = |f: fn(&Trip) -> &'static str| {
+        Arc::new(trips.iter().map(|t| Some(f(t))).collect::<StringArray>()) as ArrayRef
+    };
+    let cols = vec![
+        ints(|t| t.vendor_id),
+        ts(|t| t.pickup_us),
+        ts(|t| t.dropoff_us),
+        ints(|t| t.passenger_count),
+        money(|t| t.distance_cents),
+        ints(|t| t.pickup_location),
+        ints(|t| t.dropoff_location),
+        text(|t| t.payment),
+        text(|t| t.flag),
+        money(|t| t.fare_cents),
+        money(|t| t.tip_cents),
+        money(|t| t.total_cents()),
+    ];
+    Ok(RecordBatch::try_new(arrow_schema(), cols)?)
+}
+
+/// One CSV line for COPY ... (FORMAT csv), timestamps in UTC.
+pub fn csv_line(t: &Trip, out: &mut String) {
+    use std::fmt::Write;
+    let money = |c: i64| format!("{}.{:02}", c / 100, c % 100);
+    let _ = writeln!(
+        out,
+        "{},{},{},{},{},{},{},{},{},{},{},{}",
+        t.vendor_id,
+        timestamp_text(t.pickup_us),
+        timestamp_text(t.dropoff_us),
+        t.passenger_count,
+        money(t.distance_cents),
+        t.pickup_location,
+        t.dropoff_location,
+        t.payment,
+        t.flag,
+        money(t.fare_cents),
+        money(t.tip_cents),
+        money(t.total_cents())
+    );
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+pub fn timestamp_text(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Order-independent digest of fetched rows: wrapping sums of ints,
+/// timestamps (µs since 1970), money (rounded to cents) and FNV-1a hashes of
+/// strings. Equal checksums mean the same multiset of values.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Checksum {
+    pub rows: u64,
+    pub ints: u64,
+    pub micros: u64,
+    pub cents: u64,
+    pub strings: u64,
+}
+
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+    })
+}
+
+impl Checksum {
+    pub fn int(&mut self, v: i64) {
+        self.ints = self.ints.wrapping_add(v as u64);
+    }
+    pub fn micros(&mut self, v: i64) {
+        self.micros = self.micros.wrapping_add(v as u64);
+    }
+    pub fn float(&mut self, v: f64) {
+        self.cents = self.cents.wrapping_add((v * 100.0).round() as i64 as u64);
+    }
+    pub fn text(&mut self, s: &[u8]) {
+        self.strings = self.strings.wrapping_add(fnv1a(s));
+    }
+
+    /// A short fingerprint for tables.
+    pub fn short(&self) -> String {
+        let h = fnv1a(
+            &[self.ints, self.micros, self.cents, self.strings]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        );
+        format!("{:016x}", h)
+    }
+
+    /// Adds every row of an Arrow batch (any int width, µs timestamps,
+    /// floats, strings), as the Flight SQL client sees them.
+    pub fn add_batch(&mut self, b: &RecordBatch) -> Result<()> {
+        for col in b.columns() {
+            self.add_array(col.as_ref())?;
+        }
+        self.rows += b.num_rows() as u64;
+        Ok(())
+    }
+
+    fn add_array(&mut self, a: &dyn Array) -> Result<()> {
+        // Nulls do not occur in the table (all NOT NULL); skip them if a
+        // source ever sends some.
+        let valid = |i: usize| a.is_valid(i);
+        match a.data_type() {
+            DataType::Int32 => {
+                let a = a.as_primitive::<Int32Type>();
+                (0..a.len())
+                    .filter(|&i| valid(i))
+                    .for_each(|i| self.int(i64::from(a.value(i))));
+            }
+            DataType::Int64 => {
+                let a = a.as_primitive::<Int64Type>();
+                (0..a.len())
+                    .filter(|&i| valid(i))
+                    .for_each(|i| self.int(a.value(i)));
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                let a = a.as_primitive::<TimestampMicrosecondType>();
+                (0..a.len())
+                    .filter(|&i| valid(i))
+                    .for_each(|i| self.micros(a.value(i)));
+            }
+            DataType::Float64 => {
+                let a = a.as_primitive::<Float64Type>();
+                (0..a.len())
+                    .filter(|&i| valid(i))
+                    .for_each(|i| self.float(a.value(i)));
+            }
+            DataType::Utf8 => {
+                let a = a.as_string::<i32>();
+                (0..a.len())
+                    .filter(|&i| valid(i))
+                    .for_each(|i| self.text(a.value(i).as_bytes()));
+            }
+            DataType::LargeUtf8 => {
+                let a = a.as_string::<i64>();
+                (0..a.len())
+                    .filter(|&i| valid(i))
+                    .for_each(|i| self.text(a.value(i).as_bytes()));
+            }
+            other => {
+                return Err(FlightError::Other(format!(
+                    "checksum: unexpected column type {other}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The checksum of the first `n` rows, straight from the generator.
+pub fn expected(seed: u64, n: u64) -> Checksum {
+    let mut c = Checksum::default();
+    for r in 0..n {
+        let t = trip(seed, r);
+        c.rows += 1;
+        for v in [
+            t.vendor_id,
+            t.passenger_count,
+            t.pickup_location,
+            t.dropoff_location,
+        ] {
+            c.int(i64::from(v));
+        }
+        c.micros(t.pickup_us);
+        c.micros(t.dropoff_us);
+        for v in [t.distance_cents, t.fare_cents, t.tip_cents, t.total_cents()] {
+            c.float(cents_f64(v));
+        }
+        c.text(t.payment.as_bytes());
+        c.text(t.flag.as_bytes());
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calendar_roundtrips() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2015, 1, 1) * 86_400_000_000, EPOCH_2015_US);
+        assert_eq!(
+            timestamp_text(EPOCH_2015_US + 3_723_000_000),
+            "2015-01-01 01:02:03"
+        );
+        for d in [-1000, 0, 59, 60, 16_436, 20_000] {
+            let (y, m, dd) = civil_from_days(d);
+            assert_eq!(days_from_civil(y, m, dd), d);
+        }
+    }
+
+    #[test]
+    fn arrow_batch_checksum_equals_the_generator_one() {
+        let mut c = Checksum::default();
+        c.add_batch(&batch(5, 0, 700).unwrap()).unwrap();
+        c.add_batch(&batch(5, 700, 300).unwrap()).unwrap();
+        assert_eq!(c, expected(5, 1000));
+        assert_ne!(c, expected(6, 1000));
+        assert_eq!(trip(5, 10), trip(5, 10));
+        let mut line = String::new();
+        csv_line(&trip(5, 0), &mut line);
+        assert_eq!(line.matches(',').count(), 11);
+        assert!(line.contains("2015-01-01 00:00:0"));
+    }
+}

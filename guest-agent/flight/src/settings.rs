@@ -1,0 +1,164 @@
+//! The knobs that limit Flight throughput, as one struct the run manifest
+//! records (it serialises to JSON) and both server and client apply.
+
+use serde::{Deserialize, Serialize};
+
+/// IPC body compression of record batches (Arrow IPC codecs, not gRPC's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// Which Flight call a bulk benchmark drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    #[default]
+    Get,
+    Put,
+    Exchange,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::Put => "put",
+            Op::Exchange => "exchange",
+        }
+    }
+}
+
+/// HTTP/2 and gRPC settings. tonic's defaults (64 KiB windows, 4 MiB
+/// decode limit, 16 KiB frames) cap one stream far below what TCP carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct TransportSettings {
+    /// gRPC message size limit for encoding and decoding, both sides.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_message_bytes: usize,
+    /// HTTP/2 initial stream window (ignored with --adaptive-window).
+    #[arg(long, default_value_t = 32 << 20)]
+    pub stream_window_bytes: u32,
+    /// HTTP/2 initial connection window (ignored with --adaptive-window).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub connection_window_bytes: u32,
+    /// Let hyper size windows from BDP estimates instead of the fixed ones.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub adaptive_window: bool,
+    /// HTTP/2 max frame size advertised (16 KiB .. 16 MiB - 1).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_frame_bytes: u32,
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub tcp_nodelay: bool,
+    /// Encode the benchmark batch once and re-send the same bytes (what
+    /// C++'s zero-copy IPC payloads amount to). Compressed streams are
+    /// always re-encoded per batch so compression cost is measured.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub reuse_encoded_batch: bool,
+    /// Decode received bodies in place (no copy into a fresh aligned buffer
+    /// unless a column buffer is misaligned for its type).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub zero_copy_decode: bool,
+    /// Raise glibc malloc's mmap and trim thresholds so the per-message
+    /// buffers (up to a few MB) are reused instead of mapped and faulted in
+    /// anew each time. Process-wide; applied by the CLI commands.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub malloc_tuning: bool,
+}
+
+impl Default for TransportSettings {
+    fn default() -> Self {
+        TransportSettings {
+            max_message_bytes: 1 << 30,
+            stream_window_bytes: 32 << 20,
+            connection_window_bytes: 64 << 20,
+            adaptive_window: false,
+            max_frame_bytes: 1 << 20,
+            tcp_nodelay: true,
+            reuse_encoded_batch: true,
+            zero_copy_decode: true,
+            malloc_tuning: true,
+        }
+    }
+}
+
+/// glibc mallopt(3) parameters.
+#[cfg(target_env = "gnu")]
+const M_TRIM_THRESHOLD: libc::c_int = -1;
+#[cfg(target_env = "gnu")]
+const M_TOP_PAD: libc::c_int = -2;
+#[cfg(target_env = "gnu")]
+const M_MMAP_THRESHOLD: libc::c_int = -3;
+
+/// Applies [`TransportSettings::malloc_tuning`] to this process.
+pub fn tune_malloc(settings: &TransportSettings) {
+    #[cfg(target_env = "gnu")]
+    if settings.malloc_tuning {
+        // SAFETY: mallopt only changes allocator thresholds; it is called
+        // before the runtime starts threads.
+        unsafe {
+            libc::mallopt(M_MMAP_THRESHOLD, 64 << 20);
+            libc::mallopt(M_TRIM_THRESHOLD, 256 << 20);
+            libc::mallopt(M_TOP_PAD, 64 << 20);
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = settings;
+}
+
+impl TransportSettings {
+    pub fn validate(&self) -> Result<(), crate::FlightError> {
+        // RFC 7540 bounds on SETTINGS_MAX_FRAME_SIZE.
+        if !(16_384..=16_777_215).contains(&self.max_frame_bytes) {
+            return Err(crate::FlightError::Param(format!(
+                "max_frame_bytes {} outside 16384..=16777215",
+                self.max_frame_bytes
+            )));
+        }
+        if self.stream_window_bytes == 0 || self.connection_window_bytes == 0 {
+            return Err(crate::FlightError::Param("window sizes must be > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_serialise_for_the_manifest_and_validate() {
+        let s = TransportSettings::default();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["max_message_bytes"], 1 << 30);
+        assert_eq!(v["stream_window_bytes"], 32 << 20);
+        assert_eq!(v["tcp_nodelay"], true);
+        let back: TransportSettings = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+        assert!(s.validate().is_ok());
+        let bad = TransportSettings {
+            max_frame_bytes: 1000,
+            ..s
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_frame_bytes")
+        );
+    }
+}

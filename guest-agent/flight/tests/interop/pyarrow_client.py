@@ -1,0 +1,150 @@
+"""pyarrow Flight client for the testbed's bulk benchmark.
+
+Runs DoGet or DoPut streams against a server with the testbed semantics
+(ours or pyarrow_server.py) and prints one JSON line per stream and a
+summary line, like `testbed-flight bench --json`. With --verify it checks
+row counts and checksums and exits non-zero on a mismatch.
+"""
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from pyarrow_server import SCHEMA, checksum, make_batch, stream_table
+
+MB = float(1 << 20)
+
+
+def expected_checksum(rows_per_batch, records, seed):
+    batch = make_batch(rows_per_batch, seed)
+    full, tail = divmod(records, rows_per_batch)
+    return (checksum(batch) * full + checksum(batch.slice(0, tail))) % 2**64
+
+
+def connect(a):
+    if a.server.startswith("unix:"):
+        location = f"grpc+unix://{a.server[len('unix:'):]}"
+    else:
+        location = f"grpc+{'tls' if a.tls_ca else 'tcp'}://{a.server}"
+    kwargs = {}
+    if a.tls_ca:
+        with open(a.tls_ca, "rb") as f:
+            kwargs["tls_root_certs"] = f.read()
+        kwargs["override_hostname"] = "localhost"
+    return flight.FlightClient(location, **kwargs)
+
+
+def get_stream(a, client, ticket, stream, out):
+    t0 = time.perf_counter()
+    reader = client.do_get(ticket)
+    records = batches = 0
+    total = 0
+    if a.verify:
+        if reader.schema != SCHEMA:
+            raise SystemExit(f"schema mismatch: {reader.schema}")
+        for chunk in reader:
+            records += chunk.data.num_rows
+            batches += 1
+            total += checksum(chunk.data)
+    else:
+        # Whole stream in C++ (no Python per batch): pyarrow at its best.
+        table = reader.read_all()
+        records = table.num_rows
+        batches = len(table.to_batches())
+    out[stream] = (records, batches, time.perf_counter() - t0, total % 2**64)
+
+
+def put_stream(a, client, stream, out):
+    table = stream_table(a.batch, a.records_per_stream, a.seed)
+    cmd = json.dumps({"stream": stream, "verify": a.verify}).encode()
+    t0 = time.perf_counter()
+    writer, meta = client.do_put(flight.FlightDescriptor.for_command(cmd), SCHEMA)
+    writer.write_table(table, max_chunksize=a.batch)
+    writer.done_writing()
+    buf = meta.read()
+    writer.close()
+    seconds = time.perf_counter() - t0
+    summary = json.loads(buf.to_pybytes()) if buf is not None else {}
+    out[stream] = (
+        summary.get("records", table.num_rows),
+        summary.get("batches", table.num_rows // a.batch),
+        seconds,
+        summary.get("checksum"),
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("op", choices=["get", "put"])
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--streams", type=int, default=1)
+    ap.add_argument("--records-per-stream", type=int, default=200980)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--compression", default="none")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tls-ca")
+    ap.add_argument("--verify", action="store_true")
+    a = ap.parse_args()
+
+    clients = [connect(a) for _ in range(a.streams)]
+    out = {}
+    threads = []
+    t0 = time.perf_counter()
+    if a.op == "get":
+        cmd = {
+            "streams": a.streams,
+            "records_per_stream": a.records_per_stream,
+            "records_per_batch": a.batch,
+            "compression": a.compression,
+            "seed": a.seed,
+        }
+        info = clients[0].get_flight_info(flight.FlightDescriptor.for_command(json.dumps(cmd).encode()))
+        if len(info.endpoints) != a.streams:
+            raise SystemExit(f"{len(info.endpoints)} endpoints for {a.streams} streams")
+        t0 = time.perf_counter()
+        for s, ep in enumerate(info.endpoints):
+            threads.append(threading.Thread(target=get_stream, args=(a, clients[s], ep.ticket, s, out)))
+    else:
+        for s in range(a.streams):
+            threads.append(threading.Thread(target=put_stream, args=(a, clients[s], s, out)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if len(out) != a.streams:
+        raise SystemExit("a stream failed (see the exception above)")
+
+    want = expected_checksum(a.batch, a.records_per_stream, a.seed) if a.verify else None
+    failed = []
+    total_bytes = 0
+    for s in range(a.streams):
+        records, batches, seconds, csum = out[s]
+        total_bytes += records * 32
+        line = {
+            "type": "stream", "op": a.op, "stream": s, "records": records, "batches": batches,
+            "bytes": records * 32, "seconds": seconds, "mb_per_s": records * 32 / MB / seconds,
+        }
+        if a.verify:
+            line["checksum"] = csum
+            if records != a.records_per_stream or csum != want:
+                failed.append(f"stream {s}: {records} records checksum {csum}, want "
+                              f"{a.records_per_stream} / {want}")
+        print(json.dumps(line))
+    print(json.dumps({
+        "type": "summary", "op": a.op, "streams": a.streams, "wall_seconds": wall,
+        "bytes": total_bytes, "mb_per_s": total_bytes / MB / wall, "pyarrow": pa.__version__,
+    }), flush=True)
+    if failed:
+        print("verification failed: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
