@@ -126,5 +126,6 @@ fn hello(
             .iter()
             .map(|(k, v)| (k.clone(), v.path.clone()))
             .collect(),
+        net: None,
     }
 }

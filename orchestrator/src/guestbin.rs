@@ -77,7 +77,7 @@ pub fn ensure(
             "-C target-feature=+crt-static",
         );
     let command = format!(
-        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static' cargo build --release -p {package} --bin {bin} --target {TARGET} --target-dir {}",
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=true cargo build --release -p {package} --bin {bin} --target {TARGET} --target-dir {}",
         target_dir.display()
     );
     let status = cmd.status().map_err(|e| GuestBinError::Build {

@@ -80,7 +80,16 @@ pub fn plan(loaded: &LoadedSpec) -> Result<Plan, SpecError> {
                 }
                 e
             })?;
-        workload.validate(&devices).map_err(|pe| {
+        // Validate as the client will run it: with the server's address.
+        let peer = spec
+            .topology
+            .as_ref()
+            .map(|t| t.server_address.split('/').next().unwrap_or("").to_string());
+        let to_check = match &peer {
+            Some(peer) => substitute_peer(&workload, peer),
+            None => workload.clone(),
+        };
+        to_check.validate(&devices).map_err(|pe| {
             let in_sweep = spec.sweep.contains_key(&pe.field);
             let mut e = if in_sweep {
                 loaded.error_at("sweep", Some(&pe.field), pe.reason.clone())
@@ -106,6 +115,15 @@ pub fn plan(loaded: &LoadedSpec) -> Result<Plan, SpecError> {
     // Repetitions outermost, so an interrupted run has whole sweeps done.
     points.sort_by_key(|p| (p.rep, p.point));
     Ok(Plan { points, devices })
+}
+
+/// The workload with "{peer}" replaced in every string parameter.
+pub fn substitute_peer(workload: &Workload, peer: &str) -> Workload {
+    serde_json::to_string(workload)
+        .ok()
+        .filter(|json| json.contains("{peer}"))
+        .and_then(|json| serde_json::from_str(&json.replace("{peer}", peer)).ok())
+        .unwrap_or_else(|| workload.clone())
 }
 
 fn describe(params: &BTreeMap<String, toml::Value>) -> String {

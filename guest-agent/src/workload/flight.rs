@@ -616,6 +616,15 @@ pub fn run_with_binary(
                 p.tls.then_some(tls_dir.as_path()),
                 start_timeout,
             )?;
+            if p.serve_seconds == 0 {
+                // A service for the whole boot (the pair topology's server
+                // VM): the job ends, the server keeps serving until power-off.
+                let mut s = Summary::new();
+                s.insert("address".into(), serde_json::json!(server.addr));
+                s.insert("detached".into(), serde_json::json!(true));
+                std::mem::forget(server);
+                return Ok(s);
+            }
             let deadline = t0 + Duration::from_secs(p.serve_seconds);
             let mut exited = None;
             while Instant::now() < deadline {

@@ -170,15 +170,10 @@ fn label(index: u32, role: &str) -> String {
     }
 }
 
-/// Replaces "{peer}" in every string of the point's workload.
+/// The point with "{peer}" replaced in its workload's strings.
 pub fn with_peer(point: &Point, peer: &str) -> Point {
     let mut p = point.clone();
-    if let Ok(json) = serde_json::to_string(&p.workload)
-        && json.contains("{peer}")
-        && let Ok(w) = serde_json::from_str(&json.replace("{peer}", peer))
-    {
-        p.workload = w;
-    }
+    p.workload = crate::plan::substitute_peer(&point.workload, peer);
     p
 }
 
