@@ -204,7 +204,7 @@ mode = "error"
 mode = ["error", "panic", "hang", "exit"]
 
 [timeouts]
-heartbeat = "4s"
+heartbeat = "6s"
 "#,
     );
     let out = t.path().join("run");
