@@ -4,7 +4,9 @@
 
 pub mod devices;
 pub mod doctor;
+pub mod ebpf;
 pub mod executor;
+pub mod figures;
 pub mod fsutil;
 pub mod guestbin;
 pub mod hostinfo;

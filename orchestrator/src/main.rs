@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use testbed::spec::AccelChoice;
-use testbed::{doctor, executor, kernel, paths, progress, run, show};
+use testbed::{doctor, executor, figures, kernel, paths, progress, run, show};
 
 #[derive(Parser)]
 #[command(
@@ -43,8 +43,48 @@ enum Command {
         #[arg(long)]
         fail_fast: bool,
     },
-    /// Check a spec (and its sweep) without running anything.
-    Check { spec: PathBuf },
+    /// Validate a spec (and its sweep) without running anything.
+    Validate { spec: PathBuf },
+    /// Draw every figure of a run from its samples.parquet (RUN/figures/*.svg|png|json).
+    Plot {
+        run: PathBuf,
+        /// Figure definitions (default experiments/figures).
+        #[arg(long)]
+        figures: Option<PathBuf>,
+    },
+    /// Check the paper's claims against a run (RUN/claims.json).
+    Check {
+        run: PathBuf,
+        #[arg(long)]
+        figures: Option<PathBuf>,
+    },
+    /// Figures, claims and manifest of a run in one self-contained RUN/report.html.
+    Report {
+        run: PathBuf,
+        #[arg(long)]
+        figures: Option<PathBuf>,
+    },
+    /// Per figure and series, the change from RUN_A to RUN_B with its confidence.
+    Compare {
+        run_a: PathBuf,
+        run_b: PathBuf,
+        #[arg(long)]
+        figures: Option<PathBuf>,
+        /// Exit with status 4 when a regression is flagged.
+        #[arg(long)]
+        fail_on_regression: bool,
+    },
+    /// Run every spec a family or figure needs (resuming), then plot, check and report.
+    Reproduce {
+        /// A family (bpf-storage, flight, ...) or a figure id; default all.
+        target: Option<String>,
+        /// CI size: the *-quick.toml specs and smoke.toml.
+        #[arg(long)]
+        quick: bool,
+        /// auto (probe KVM, else TCG), kvm or tcg.
+        #[arg(long)]
+        accel: Option<AccelChoice>,
+    },
     /// The specs and the figures they produce.
     List {
         #[arg(long, default_value = "experiments")]
@@ -151,7 +191,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 Err(e) => Err(e.into()),
             }
         }
-        Command::Check { spec } => {
+        Command::Validate { spec } => {
             let (loaded, plan) = run::check_spec(&spec)?;
             println!(
                 "{}: ok — experiment {}, {} points ({} sweep combinations × {} repetitions), executor {:?}",
@@ -164,6 +204,51 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Plot { run, figures } => {
+            let p = figures::plot_run(&run, &figure_defs(figures))?;
+            for f in &p.files {
+                println!("{}", f.display());
+            }
+            for (id, notes) in &p.notes {
+                for n in notes {
+                    println!("  {id}: {n}");
+                }
+            }
+            report_unknown(&p.unknown);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { run, figures } => {
+            let (claims, unknown) = figures::check_run(&run, &figure_defs(figures))?;
+            print!("{}", figures::claims::table(&claims));
+            println!("claims in {}", run.join("claims.json").display());
+            report_unknown(&unknown);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report { run, figures } => {
+            let out = figures::report_run(&run, &figure_defs(figures))?;
+            println!("{}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Compare {
+            run_a,
+            run_b,
+            figures,
+            fail_on_regression,
+        } => {
+            let defs = figures::def::load_all(&figure_defs(figures))?;
+            let c = figures::compare::compare(&run_a, &run_b, &defs)?;
+            print!("{}", figures::compare::render(&c));
+            Ok(if fail_on_regression && c.regressions() > 0 {
+                ExitCode::from(4)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Reproduce {
+            target,
+            quick,
+            accel,
+        } => reproduce(target, quick, accel),
         Command::List { dir } => {
             let dir = if dir.is_relative() && !dir.exists() {
                 paths::repo_root().join(&dir)
@@ -179,6 +264,49 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Kernel { command } => kernel_command(command),
     }
+}
+
+fn figure_defs(dir: Option<PathBuf>) -> PathBuf {
+    dir.unwrap_or_else(figures::def::default_dir)
+}
+
+fn report_unknown(unknown: &[String]) {
+    if !unknown.is_empty() {
+        eprintln!(
+            "note: the spec lists figures without a definition in experiments/figures/: {}",
+            unknown.join(", ")
+        );
+    }
+}
+
+fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) -> Result<ExitCode> {
+    let mut opts = figures::reproduce::Options::defaults(target, quick);
+    opts.accel = accel;
+    let mut progress = progress::for_terminal();
+    let summary = figures::reproduce::reproduce(&opts, progress.as_mut());
+    drop(progress);
+    let summary = summary?;
+    for o in &summary.outcomes {
+        match (&o.run, &o.error) {
+            (Some(r), _) => println!(
+                "{:<48} {} ({:?}, {} figures)",
+                o.spec,
+                r.figures.run.dir.display(),
+                r.figures.run.manifest.status,
+                r.figures.figures.len()
+            ),
+            (None, e) => println!("{:<48} NOT RUN: {}", o.spec, e.as_deref().unwrap_or("?")),
+        }
+    }
+    let claims: Vec<figures::ClaimResult> = summary.claims.iter().map(|(_, c)| c.clone()).collect();
+    print!("{}", figures::claims::table(&claims));
+    println!("report: {}", summary.report.display());
+    let failed = summary.outcomes.iter().any(|o| o.run.is_none());
+    Ok(if failed {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn kernel_command(command: KernelCommand) -> Result<ExitCode> {

@@ -492,6 +492,16 @@ fn prepare_vm(
     if let Some(f) = flight {
         files.push(("bin/testbed-flight".to_string(), f.to_path_buf()));
     }
+    // Storage-hook jobs: the BPF programs, built against this kernel.
+    if crate::ebpf::needed(&loaded.base_workload) {
+        let bpf = crate::ebpf::build_for(&kernel, &paths::repo_root().join("ebpf-programs"), cache)
+            .map_err(setup("BPF programs"))?;
+        inputs.insert(
+            "bpf_programs".into(),
+            bpf.iter().map(|(_, host)| file_input(host)).collect(),
+        );
+        files.extend(bpf);
+    }
     let img_inputs = image::InitramfsInputs {
         agent: agent.to_path_buf(),
         busybox: paths::busybox(),

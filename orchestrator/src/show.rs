@@ -118,7 +118,10 @@ pub fn find_specs(dir: &Path) -> Vec<PathBuf> {
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
-                stack.push(p);
+                // experiments/figures/ holds figure definitions, not specs.
+                if p.file_name().is_some_and(|n| n != "figures") {
+                    stack.push(p);
+                }
             } else if p.extension().is_some_and(|x| x == "toml") {
                 out.push(p);
             }

@@ -626,19 +626,108 @@ device = ["data", "data.ns2", "fast", "vblk"]
 "#,
     );
     let out = t.path().join("run");
-    let o = run(&["run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let m = manifest(&out);
     let devs = &m["guest"]["devices"];
-    assert!(devs["data"].as_str().unwrap().starts_with("/dev/nvme"), "{devs}");
+    assert!(
+        devs["data"].as_str().unwrap().starts_with("/dev/nvme"),
+        "{devs}"
+    );
     assert!(devs["data.ns2"].as_str().unwrap().ends_with("n2"), "{devs}");
-    assert!(devs["fast"].as_str().unwrap().starts_with("/dev/nvme"), "{devs}");
-    assert!(devs["vblk"].as_str().unwrap().starts_with("/dev/vd"), "{devs}");
-    assert!(m["points"].as_array().unwrap().iter().all(|p| p["samples"] == 200));
-    let argv = m["qemu_argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect::<Vec<_>>().join(" ");
+    assert!(
+        devs["fast"].as_str().unwrap().starts_with("/dev/nvme"),
+        "{devs}"
+    );
+    assert!(
+        devs["vblk"].as_str().unwrap().starts_with("/dev/vd"),
+        "{devs}"
+    );
+    assert!(
+        m["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["samples"] == 200)
+    );
+    let argv = m["qemu_argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(argv.contains("driver=null-co"), "{argv}");
-    assert!(argv.contains("virtio-blk-pci,drive=vblk2,serial=vblk,logical_block_size=4096"), "{argv}");
+    assert!(
+        argv.contains("virtio-blk-pci,drive=vblk2,serial=vblk,logical_block_size=4096"),
+        "{argv}"
+    );
     // Only the file-backed devices have files, in the run directory.
     assert!(out.join("devices/data.img").exists() && out.join("devices/data.ns2.img").exists());
     assert!(!out.join("devices/fast.img").exists());
+}
+
+#[test]
+fn flight_between_two_vms_on_a_socket_link() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        t.path(),
+        "pair.toml",
+        &std::fs::read_to_string("../experiments/flight/flight-bulk-remote-quick.toml")
+            .unwrap()
+            .replace(
+                "operation = [\"get\", \"put\"]\nstreams = [1, 2]",
+                "operation = [\"get\", \"put\"]\nstreams = [1]",
+            )
+            .replace("records_per_stream = 200980", "records_per_stream = 100000"),
+    );
+    let out = t.path().join("run");
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    let boot = &m["boots"][0];
+    let client = boot["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let server = boot["server_argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        server.contains("socket,listen=127.0.0.1:") && client.contains("socket,connect=127.0.0.1:"),
+        "{server}\n{client}"
+    );
+    assert!(
+        client.contains("testbed.net=169.254.10.2/16")
+            && server.contains("testbed.net=169.254.10.1/16")
+    );
+    assert_eq!(boot["hello"]["net"], "eth0 169.254.10.2/16");
+    for p in m["points"].as_array().unwrap() {
+        assert!(p["summary"]["mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert_eq!(p["summary"]["records"].as_f64().unwrap(), 100000.0, "{p}");
+    }
+    assert!(out.join("console-server.log").exists() && out.join("console-client.log").exists());
+    assert!(
+        qemus_mentioning(out.to_str().unwrap()).is_empty(),
+        "both VMs ended"
+    );
 }

@@ -73,6 +73,7 @@ impl Executor for HostExecutor {
             points: Vec::new(),
             ended: String::new(),
             argv,
+            server_argv: None,
         };
         let hello = match session.handshake(&nonce, self.timeouts.boot.0) {
             Ok(h) => h,

@@ -45,6 +45,9 @@ pub struct BootRecord {
     /// How it ended: "shutdown", or the failure.
     pub ended: String,
     pub argv: Vec<String>,
+    /// The server VM's argv in a pair topology (its link settings included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_argv: Option<Vec<String>>,
 }
 
 /// Called with each finished point; an error stops the boot (e.g. a write failure).

@@ -186,6 +186,7 @@ impl QemuExecutor {
             points: Vec::new(),
             ended: String::new(),
             argv: vm.argv.clone(),
+            server_argv: None,
         }
     }
 
@@ -311,6 +312,7 @@ impl Executor for QemuExecutor {
             uname: vm.hello.uname.clone(),
         });
         let mut record = Self::record(index, &vm);
+        record.server_argv = server.as_ref().map(|s| s.argv.clone());
         let mut handled = 0;
         for (i, point) in points.iter().enumerate() {
             events(Event::PointStarted {

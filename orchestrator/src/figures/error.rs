@@ -1,0 +1,26 @@
+//! The one error type of figures, claims, reports and compare.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FigureError {
+    /// A file of a run directory (or a definitions directory) is missing,
+    /// unreadable or damaged.
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("figure definition {path}: {reason}")]
+    Definition { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Samples(#[from] crate::results::samples::SamplesError),
+    #[error("figure {figure}: drawing failed: {reason}")]
+    Draw { figure: String, reason: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+pub fn file_err(path: impl Into<PathBuf>, reason: impl std::fmt::Display) -> FigureError {
+    FigureError::File {
+        path: path.into(),
+        reason: reason.to_string(),
+    }
+}

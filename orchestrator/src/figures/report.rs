@@ -1,0 +1,435 @@
+//! report.html: one self-contained page per run (and one joining every run
+//! of `testbed reproduce`): figures as SVG data URIs, claims with their
+//! numbers, the manifest, links to the raw files. No external resources.
+
+use std::fmt::Write as _;
+
+use super::claims::{ClaimResult, Verdict};
+use super::data::RunData;
+use super::error::FigureError;
+use super::svg::escape;
+use super::{Figure, RunFigures, caption, render_svg};
+
+const STYLE: &str = "
+body{font-family:'DejaVu Sans',Verdana,Arial,sans-serif;margin:24px auto;max-width:1340px;color:#222;line-height:1.4;padding:0 16px}
+h1{font-size:24px}h2{font-size:20px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:36px}h3{font-size:17px}
+figure{margin:18px 0 30px 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
+figcaption{font-size:13px;color:#333}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 7px;vertical-align:top;text-align:left}
+th{background:#f3f3f3}.v-holds{background:#dcf2dc}.v-does-not-hold{background:#f8d7d7}.v-not-measurable{background:#eee;color:#555}
+.notes li{font-size:13px}pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto;white-space:pre-wrap}
+.small{font-size:12px;color:#555}
+";
+
+/// Counts the figures that really rendered, for people and for the
+/// headless-browser check (`#figure-check`), and logs any that did not.
+const SCRIPT: &str = "
+window.addEventListener('load',function(){
+var imgs=document.querySelectorAll('img.figure');var ok=0;
+for(var i=0;i<imgs.length;i++){var im=imgs[i];
+if(im.complete&&im.naturalWidth>0){ok++;}else{console.error('figure did not render: '+im.alt);}}
+var s=document.getElementById('figure-check');
+if(s){s.textContent=ok+' of '+imgs.length+' figures rendered';s.setAttribute('data-rendered',ok);s.setAttribute('data-total',imgs.length);}
+});
+";
+
+fn base64(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= c.len() {
+                out.push(T[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>{STYLE}</style>\n<script>{SCRIPT}</script>\n</head>\n<body>\n{body}</body>\n</html>\n",
+        escape(title)
+    )
+}
+
+fn verdict_class(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Holds => "v-holds",
+        Verdict::DoesNotHold => "v-does-not-hold",
+        Verdict::NotMeasurable => "v-not-measurable",
+    }
+}
+
+/// One line of a claims table: the run it belongs to (joined page only),
+/// the anchor prefix of its figure, the claim.
+pub struct ClaimRow<'a> {
+    pub run: Option<String>,
+    pub anchor: String,
+    pub claim: &'a ClaimResult,
+}
+
+/// The claims table; a run column appears when rows name their runs.
+pub fn claims_table(rows: &[ClaimRow<'_>]) -> String {
+    if rows.is_empty() {
+        return "<p class=\"small\">No claims.</p>\n".into();
+    }
+    let with_run = rows.iter().any(|r| r.run.is_some());
+    let mut s = String::from("<table class=\"claims\">\n<tr>");
+    if with_run {
+        s.push_str("<th>run</th>");
+    }
+    s.push_str("<th>verdict</th><th>figure</th><th>claim</th><th>numbers it was decided on</th></tr>\n");
+    for row in rows {
+        let c = row.claim;
+        s.push_str(&format!("<tr class=\"{}\">", verdict_class(c.verdict)));
+        if with_run {
+            let _ = write!(s, "<td>{}</td>", escape(row.run.as_deref().unwrap_or("")));
+        }
+        let _ = writeln!(
+            s,
+            "<td>{}</td><td><a href=\"#{}fig-{}\">{}</a></td><td>{}<br><span class=\"small\">{} · {}</span></td><td>{}</td></tr>",
+            c.verdict.text(),
+            escape(&row.anchor),
+            escape(&c.figure),
+            escape(&c.figure),
+            escape(&c.text),
+            escape(&c.id),
+            escape(c.kind.name()),
+            escape(&c.numbers)
+        );
+    }
+    s.push_str("</table>\n");
+    s
+}
+
+fn figure_block(f: &Figure, anchor: &str, link_base: &str) -> Result<String, FigureError> {
+    let svg = render_svg(f)?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<figure id=\"{}\" class=\"testbed-figure\" data-figure=\"{}\">",
+        escape(anchor),
+        escape(&f.def.id)
+    );
+    let _ = writeln!(
+        s,
+        "<img class=\"figure\" alt=\"{} — {}\" src=\"data:image/svg+xml;base64,{}\">",
+        escape(&f.def.id),
+        escape(&f.def.title),
+        base64(svg.as_bytes())
+    );
+    s.push_str("<figcaption>\n");
+    for line in &f.caption {
+        let _ = writeln!(s, "<p>{}</p>", escape(line));
+    }
+    let _ = writeln!(
+        s,
+        "<p class=\"small\">Files: <a href=\"{b}figures/{id}.svg\">SVG</a> · <a href=\"{b}figures/{id}.png\">PNG</a> · \
+         <a href=\"{b}figures/{id}.json\">numbers (JSON)</a> · definition <code>experiments/figures/{id}.toml</code></p>",
+        b = escape(link_base),
+        id = escape(&f.def.id)
+    );
+    s.push_str("</figcaption>\n");
+    if !f.notes.is_empty() {
+        s.push_str("<ul class=\"notes\">\n");
+        for n in &f.notes {
+            let _ = writeln!(s, "<li>{}</li>", escape(n));
+        }
+        s.push_str("</ul>\n");
+    }
+    let prefix = anchor.strip_suffix(&format!("fig-{}", f.def.id)).unwrap_or("");
+    let rows: Vec<ClaimRow<'_>> = f
+        .claims
+        .iter()
+        .map(|c| ClaimRow {
+            run: None,
+            anchor: prefix.to_string(),
+            claim: c,
+        })
+        .collect();
+    s.push_str(&claims_table(&rows));
+    s.push_str("</figure>\n");
+    Ok(s)
+}
+
+fn json_str(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::Array(a) => a.iter().map(json_str).collect::<Vec<_>>().join("; "),
+        o => o.to_string(),
+    }
+}
+
+fn manifest_table(run: &RunData) -> String {
+    let m = &run.manifest;
+    let mut rows: Vec<(&str, String)> = vec![
+        ("experiment", m.experiment.clone()),
+        ("run id", m.run_id.clone()),
+        ("status", format!("{:?}", m.status).to_lowercase()),
+        ("spec", format!("{} (sha256 {})", m.spec_file, m.spec_sha256)),
+        ("executor", m.executor.clone()),
+        ("accelerator", caption::accelerator(run)),
+    ];
+    if let Some(a) = &m.accel {
+        rows.push(("accelerator: why", json_str(&a["reasons"])));
+    }
+    rows.push(("timing", m.timing_note.clone()));
+    rows.push(("kernel", caption::kernel(run)));
+    for (name, v) in &m.inputs {
+        let sha = v.get("sha256").or_else(|| v.get("key")).map(json_str);
+        rows.push((
+            "input",
+            format!("{name}: {}", sha.unwrap_or_else(|| json_str(v))),
+        ));
+    }
+    rows.push(("devices", caption::devices(run)));
+    if let Some(v) = caption::vm(run) {
+        rows.push(("VM", v));
+    }
+    if let Some(g) = &m.guest {
+        rows.push(("guest", json_str(&g["uname"])));
+        rows.push(("guest cmdline", json_str(&g["cmdline"])));
+    }
+    let h = &m.host;
+    rows.push((
+        "host",
+        format!(
+            "{}, {} CPUs, {} KiB; kernel {}; {}",
+            json_str(&h["cpu_model"]),
+            json_str(&h["cpus"]),
+            json_str(&h["memory_kib"]),
+            json_str(&h["kernel"]),
+            json_str(&h["qemu_version"])
+        ),
+    ));
+    rows.push((
+        "source",
+        format!(
+            "git {} (dirty: {}); testbed {}",
+            json_str(&h["git_commit"]),
+            json_str(&h["git_dirty"]),
+            m.testbed_version
+        ),
+    ));
+    rows.push((
+        "seeds",
+        format!(
+            "spec seed {}; point seeds: {}",
+            m.seed,
+            m.points
+                .iter()
+                .map(|p| format!("{}={}", p.id, p.seed))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ));
+    let ok = m.points.iter().filter(|p| p.ok).count();
+    rows.push((
+        "points",
+        format!("{ok} finished, {} failed", m.points.len() - ok),
+    ));
+    rows.push((
+        "time",
+        format!(
+            "{} → {} ({} s)",
+            m.started_at,
+            m.finished_at.as_deref().unwrap_or("-"),
+            m.wall_s.map_or("-".into(), |w| format!("{w:.1}"))
+        ),
+    ));
+    let mut s = String::from("<table class=\"manifest\">\n");
+    for (k, v) in rows {
+        let _ = writeln!(s, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
+    }
+    s.push_str("</table>\n");
+    if !m.qemu_argv.is_empty() {
+        let _ = writeln!(
+            s,
+            "<details><summary>QEMU command line</summary><pre>{}</pre></details>",
+            escape(&m.qemu_argv.join(" "))
+        );
+    }
+    let full = serde_json::to_string_pretty(m).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "<details><summary>manifest.json (complete)</summary><pre>{}</pre></details>",
+        escape(&full)
+    );
+    s
+}
+
+fn raw_links(run: &RunData, base: &str) -> String {
+    let mut links = Vec::new();
+    for f in [
+        "manifest.json",
+        "samples.parquet",
+        "claims.json",
+        "spec.toml",
+        "console.log",
+        "qemu.log",
+    ] {
+        if run.dir.join(f).exists() || f == "claims.json" {
+            links.push(format!(
+                "<a href=\"{}{f}\">{f}</a>",
+                escape(base)
+            ));
+        }
+    }
+    if run.dir.join("points").is_dir() {
+        links.push(format!("<a href=\"{}points/\">points/</a>", escape(base)));
+    }
+    format!("<p>Raw data: {}</p>\n", links.join(" · "))
+}
+
+/// The section of one run; `anchor_prefix` keeps ids unique on a joined page.
+pub fn run_section(rf: &RunFigures, link_base: &str, anchor_prefix: &str, level: u8) -> Result<String, FigureError> {
+    let m = &rf.run.manifest;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<h{level} id=\"{}run\">{} / {}</h{level}>",
+        escape(anchor_prefix),
+        escape(&m.experiment),
+        escape(&m.run_id)
+    );
+    s.push_str(&raw_links(&rf.run, link_base));
+    s.push_str(&manifest_table(&rf.run));
+    if !rf.unknown.is_empty() {
+        let _ = writeln!(
+            s,
+            "<p>Figure ids in the spec without a definition in experiments/figures/: {}</p>",
+            escape(&rf.unknown.join(", "))
+        );
+    }
+    if rf.figures.is_empty() {
+        s.push_str("<p>This run feeds no defined figure.</p>\n");
+    }
+    for f in &rf.figures {
+        let anchor = format!("{anchor_prefix}fig-{}", f.def.id);
+        s.push_str(&figure_block(f, &anchor, link_base)?);
+    }
+    Ok(s)
+}
+
+/// report.html of one run.
+pub fn run_page(rf: &RunFigures) -> Result<String, FigureError> {
+    let m = &rf.run.manifest;
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<h1>testbed report: {} / {}</h1>\n<p id=\"figure-check\">figures not checked (scripts off)</p>",
+        escape(&m.experiment),
+        escape(&m.run_id)
+    );
+    let rows: Vec<ClaimRow<'_>> = rf
+        .figures
+        .iter()
+        .flat_map(|f| f.claims.iter())
+        .map(|c| ClaimRow {
+            run: None,
+            anchor: String::new(),
+            claim: c,
+        })
+        .collect();
+    body.push_str("<h2>Claims</h2>\n");
+    body.push_str(&claims_table(&rows));
+    body.push_str("<h2>Run</h2>\n");
+    body.push_str(&run_section(rf, "", "", 3)?);
+    Ok(page(&format!("testbed report {}", m.experiment), &body))
+}
+
+/// One line of the reproduce summary: a spec and what became of it.
+pub struct SpecOutcome {
+    pub spec: String,
+    pub run: Option<RunLink>,
+    pub error: Option<String>,
+}
+
+pub struct RunLink {
+    /// Link to the run directory from the joined page.
+    pub href: String,
+    pub figures: RunFigures,
+}
+
+/// results/reproduce/report.html: every run of a reproduce.
+pub fn joined_page(outcomes: &[SpecOutcome], target: &str) -> Result<String, FigureError> {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<h1>testbed reproduce {}</h1>\n<p id=\"figure-check\">figures not checked (scripts off)</p>",
+        escape(target)
+    );
+    body.push_str("<h2>Specs</h2>\n<table>\n<tr><th>spec</th><th>run</th><th>status</th><th>figures</th></tr>\n");
+    for (i, o) in outcomes.iter().enumerate() {
+        match (&o.run, &o.error) {
+            (Some(r), _) => {
+                let m = &r.figures.run.manifest;
+                let figs: Vec<String> = r
+                    .figures
+                    .figures
+                    .iter()
+                    .map(|f| format!("<a href=\"#r{i}-fig-{0}\">{0}</a>", escape(&f.def.id)))
+                    .collect();
+                let _ = writeln!(
+                    body,
+                    "<tr><td>{}</td><td><a href=\"#r{i}-run\">{} / {}</a> (<a href=\"{}report.html\">own report</a>)</td><td>{}</td><td>{}</td></tr>",
+                    escape(&o.spec),
+                    escape(&m.experiment),
+                    escape(&m.run_id),
+                    escape(&r.href),
+                    escape(&format!("{:?}", m.status).to_lowercase()),
+                    figs.join(", ")
+                );
+            }
+            (None, e) => {
+                let _ = writeln!(
+                    body,
+                    "<tr class=\"v-does-not-hold\"><td>{}</td><td>-</td><td>not run: {}</td><td></td></tr>",
+                    escape(&o.spec),
+                    escape(e.as_deref().unwrap_or("unknown error"))
+                );
+            }
+        }
+    }
+    body.push_str("</table>\n<h2>Claims</h2>\n");
+    let mut rows: Vec<ClaimRow<'_>> = Vec::new();
+    for (i, o) in outcomes.iter().enumerate() {
+        if let Some(r) = &o.run {
+            for c in r.figures.figures.iter().flat_map(|f| f.claims.iter()) {
+                rows.push(ClaimRow {
+                    run: Some(r.figures.run.manifest.experiment.clone()),
+                    anchor: format!("r{i}-"),
+                    claim: c,
+                });
+            }
+        }
+    }
+    body.push_str(&claims_table(&rows));
+    body.push_str("<h2>Runs</h2>\n");
+    for (i, o) in outcomes.iter().enumerate() {
+        if let Some(r) = &o.run {
+            body.push_str(&run_section(&r.figures, &r.href, &format!("r{i}-"), 3)?);
+        }
+    }
+    Ok(page(&format!("testbed reproduce {target}"), &body))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_the_rfc_examples() {
+        assert_eq!(super::base64(b""), "");
+        assert_eq!(super::base64(b"f"), "Zg==");
+        assert_eq!(super::base64(b"fo"), "Zm8=");
+        assert_eq!(super::base64(b"foo"), "Zm9v");
+        assert_eq!(super::base64(b"foobar"), "Zm9vYmFy");
+    }
+}

@@ -1,0 +1,302 @@
+//! `testbed reproduce [FAMILY|FIGURE] [--quick]`: finds the specs that feed
+//! the wanted figures, runs each (reusing a complete run of the same spec,
+//! resuming an unfinished one), then plots, checks and reports every run and
+//! joins them in `results/reproduce/report.html` and `claims.json`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::claims::ClaimResult;
+use super::def::{self, FigureDef};
+use super::error::{FigureError, file_err};
+use super::report::{self, RunLink, SpecOutcome};
+use super::{compute, write_claims, write_figures};
+use crate::progress::{Event, Progress};
+use crate::results::manifest::{self, RunStatus};
+use crate::run::{self, RunError, RunOptions};
+use crate::spec::AccelChoice;
+
+pub struct Options {
+    /// A family (`bpf-storage`) or a figure id; None = every figure.
+    pub target: Option<String>,
+    /// CI size: `*-quick.toml` specs and `smoke.toml`.
+    pub quick: bool,
+    pub experiments: PathBuf,
+    pub definitions: PathBuf,
+    pub results: PathBuf,
+    pub accel: Option<AccelChoice>,
+}
+
+impl Options {
+    pub fn defaults(target: Option<String>, quick: bool) -> Options {
+        let root = crate::paths::repo_root();
+        Options {
+            target,
+            quick,
+            experiments: root.join("experiments"),
+            definitions: root.join("experiments/figures"),
+            results: root.join("results"),
+            accel: None,
+        }
+    }
+}
+
+pub struct Summary {
+    pub outcomes: Vec<SpecOutcome>,
+    pub claims: Vec<(String, ClaimResult)>,
+    pub report: PathBuf,
+}
+
+/// The figure ids a target names.
+pub fn target_figures(target: Option<&str>, defs: &BTreeMap<String, FigureDef>) -> Result<BTreeSet<String>, FigureError> {
+    let Some(t) = target else {
+        return Ok(defs.keys().cloned().collect());
+    };
+    if defs.contains_key(t) {
+        return Ok(BTreeSet::from([t.to_string()]));
+    }
+    let fam: BTreeSet<String> = defs
+        .values()
+        .filter(|d| d.family == t)
+        .map(|d| d.id.clone())
+        .collect();
+    if fam.is_empty() {
+        let families: BTreeSet<&str> = defs.values().map(|d| d.family.as_str()).collect();
+        return Err(FigureError::Other(format!(
+            "{t} is neither a figure id nor a family; families: {}",
+            families.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(fam)
+}
+
+fn is_quick(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with("-quick.toml") || n == "smoke.toml")
+}
+
+/// Specs (path, experiment name) that feed any of `figures`, at the size asked.
+pub fn select_specs(
+    opts: &Options,
+    figures: &BTreeSet<String>,
+    defs: &BTreeMap<String, FigureDef>,
+) -> Vec<(PathBuf, Result<String, String>)> {
+    let mut out = Vec::new();
+    for p in crate::show::find_specs(&opts.experiments) {
+        if p.starts_with(&opts.definitions) || is_quick(&p) != opts.quick {
+            continue;
+        }
+        if !opts.quick && p.file_name().is_some_and(|n| n == "smoke.toml") {
+            continue;
+        }
+        match crate::spec::load(&p) {
+            Ok(l) => {
+                let e = &l.spec.experiment;
+                let (known, _) = def::figures_for(&e.figures, &e.name, defs);
+                if known.iter().any(|f| figures.contains(f)) {
+                    out.push((p, Ok(e.name.clone())));
+                }
+            }
+            Err(err) => out.push((p, Err(err.to_string()))),
+        }
+    }
+    out
+}
+
+fn sha_of(path: &Path) -> Option<String> {
+    std::fs::read(path).ok().map(|b| hex::encode(Sha256::digest(&b)))
+}
+
+/// The latest earlier run of this exact spec, with its status.
+fn previous_run(results: &Path, experiment: &str, spec: &Path) -> Option<(PathBuf, RunStatus)> {
+    let want = sha_of(spec)?;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(results.join(experiment))
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| sha_of(&d.join("spec.toml")).as_deref() == Some(want.as_str()))
+        .collect();
+    dirs.sort();
+    let dir = dirs.pop()?;
+    let status = manifest::read(&dir.join("manifest.json")).ok()?.status;
+    Some((dir, status))
+}
+
+/// Runs (or reuses) one spec; returns its run directory.
+fn ensure_run(
+    opts: &Options,
+    spec: &Path,
+    experiment: &str,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, FigureError> {
+    let previous = previous_run(&opts.results, experiment, spec);
+    if let Some((dir, RunStatus::Complete)) = &previous {
+        progress.event(Event::Stage(format!(
+            "{}: complete run {} reused",
+            spec.display(),
+            dir.display()
+        )));
+        return Ok(dir.clone());
+    }
+    let mut ro = RunOptions {
+        accel: opts.accel,
+        results_root: Some(opts.results.clone()),
+        ..RunOptions::default()
+    };
+    if let Some((dir, status)) = previous {
+        progress.event(Event::Stage(format!(
+            "{}: resuming {} ({status:?})",
+            spec.display(),
+            dir.display()
+        )));
+        ro.out = Some(dir);
+        ro.resume = true;
+    }
+    match run::run(spec, &ro, progress) {
+        Ok(r) => Ok(r.dir),
+        Err(RunError::Interrupted(d)) => Err(FigureError::Other(format!(
+            "interrupted; finished points are kept in {d}: run `testbed reproduce` again to resume"
+        ))),
+        Err(e) => Err(FigureError::Other(e.to_string())),
+    }
+}
+
+/// `../<experiment>/<run-id>/` from results/reproduce/, else a file URL.
+fn href(results: &Path, dir: &Path) -> String {
+    match dir.strip_prefix(results) {
+        Ok(rel) => format!("../{}/", rel.display()),
+        Err(_) => format!("file://{}/", dir.display()),
+    }
+}
+
+pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary, FigureError> {
+    let defs = def::load_all(&opts.definitions)?;
+    let figures = target_figures(opts.target.as_deref(), &defs)?;
+    let specs = select_specs(opts, &figures, &defs);
+    if specs.is_empty() {
+        return Err(FigureError::Other(format!(
+            "no {} spec under {} feeds {}",
+            if opts.quick { "quick" } else { "full-size" },
+            opts.experiments.display(),
+            opts.target.as_deref().unwrap_or("any figure")
+        )));
+    }
+    let mut outcomes = Vec::new();
+    for (spec, loaded) in specs {
+        let shown = spec
+            .strip_prefix(opts.experiments.parent().unwrap_or(&opts.experiments))
+            .unwrap_or(&spec)
+            .display()
+            .to_string();
+        let result = loaded
+            .map_err(FigureError::Other)
+            .and_then(|exp| ensure_run(opts, &spec, &exp, progress))
+            .and_then(|dir| {
+                let rf = compute(&dir, &defs)?;
+                write_figures(&rf)?;
+                write_claims(&rf)?;
+                let page = report::run_page(&rf)?;
+                crate::fsutil::write_atomic(&dir.join("report.html"), page.as_bytes())
+                    .map_err(|e| file_err(dir.join("report.html"), e))?;
+                Ok(RunLink {
+                    href: href(&opts.results, &dir),
+                    figures: rf,
+                })
+            });
+        match result {
+            Ok(link) => outcomes.push(SpecOutcome {
+                spec: shown,
+                run: Some(link),
+                error: None,
+            }),
+            Err(FigureError::Other(m)) if m.starts_with("interrupted") => {
+                return Err(FigureError::Other(m));
+            }
+            Err(e) => {
+                progress.event(Event::Warn(format!("{shown}: {e}")));
+                outcomes.push(SpecOutcome {
+                    spec: shown,
+                    run: None,
+                    error: Some(e.to_string()),
+                });
+            }
+        }
+    }
+    let out_dir = opts.results.join("reproduce");
+    std::fs::create_dir_all(&out_dir).map_err(|e| file_err(&out_dir, e))?;
+    let target = opts.target.clone().unwrap_or_else(|| "all".into());
+    let label = format!("{target}{}", if opts.quick { " --quick" } else { "" });
+    let page = report::joined_page(&outcomes, &label)?;
+    let report_path = out_dir.join("report.html");
+    crate::fsutil::write_atomic(&report_path, page.as_bytes()).map_err(|e| file_err(&report_path, e))?;
+    let mut claims = Vec::new();
+    for o in &outcomes {
+        if let Some(r) = &o.run {
+            let exp = r.figures.run.manifest.experiment.clone();
+            for c in r.figures.figures.iter().flat_map(|f| f.claims.iter()) {
+                claims.push((exp.clone(), c.clone()));
+            }
+        }
+    }
+    let doc = serde_json::json!({
+        "target": label,
+        "runs": outcomes.iter().map(|o| serde_json::json!({
+            "spec": o.spec,
+            "run": o.run.as_ref().map(|r| r.href.clone()),
+            "error": o.error,
+        })).collect::<Vec<_>>(),
+        "claims": claims.iter().map(|(e, c)| serde_json::json!({"experiment": e, "claim": c})).collect::<Vec<_>>(),
+    });
+    let cpath = out_dir.join("claims.json");
+    let text = serde_json::to_vec_pretty(&doc).map_err(|e| FigureError::Other(e.to_string()))?;
+    crate::fsutil::write_atomic(&cpath, &text).map_err(|e| file_err(&cpath, e))?;
+    Ok(Summary {
+        outcomes,
+        claims,
+        report: report_path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_resolve_to_figure_ids_or_families() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/figures");
+        let defs = def::load_all(&dir).unwrap();
+        let fam = target_figures(Some("bpf-storage"), &defs).unwrap();
+        assert!(fam.contains("bpf-fig3a") && fam.contains("xrp-fig6a"));
+        assert!(!fam.contains("flight-bulk"));
+        assert_eq!(
+            target_figures(Some("flight-bulk"), &defs).unwrap(),
+            BTreeSet::from(["flight-bulk".to_string()])
+        );
+        let e = target_figures(Some("nope"), &defs).unwrap_err().to_string();
+        assert!(e.contains("families") && e.contains("flight"), "{e}");
+    }
+
+    #[test]
+    fn quick_selection_takes_quick_specs_and_smoke() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut opts = Options::defaults(None, true);
+        opts.experiments = root.join("experiments");
+        opts.definitions = root.join("experiments/figures");
+        let defs = def::load_all(&opts.definitions).unwrap();
+        let figs = target_figures(None, &defs).unwrap();
+        let specs = select_specs(&opts, &figs, &defs);
+        let names: Vec<String> = specs
+            .iter()
+            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.contains(&"smoke.toml".to_string()), "{names:?}");
+        assert!(names.contains(&"fig3-baseline-quick.toml".to_string()), "{names:?}");
+        assert!(names.iter().all(|n| n == "smoke.toml" || n.ends_with("-quick.toml")));
+        opts.quick = false;
+        let full = select_specs(&opts, &figs, &defs);
+        assert!(full.iter().all(|(p, _)| !is_quick(p)));
+    }
+}

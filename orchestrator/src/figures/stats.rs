@@ -1,0 +1,253 @@
+//! Statistics of figures: per-repetition statistics, the median over
+//! repetitions with a 95 % percentile-bootstrap interval (fixed seed, so a
+//! redraw gives the same numbers), and least-squares fits for claims.
+
+use super::def::Stat;
+
+pub const RESAMPLES: usize = 2000;
+/// Fixed: intervals must not change between redraws of the same data.
+pub const SEED: u64 = 0x7E57_BED0_F16E_5EED;
+
+/// How a point's interval was obtained (stated in captions and tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CiMethod {
+    /// Bootstrap of the median over repetitions.
+    Repetitions,
+    /// One repetition: bootstrap of its statistic over its raw samples.
+    Samples,
+    /// One value: no interval.
+    None,
+}
+
+/// Median with a 95 % interval.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Estimate {
+    pub value: f64,
+    pub lo: Option<f64>,
+    pub hi: Option<f64>,
+    /// Repetitions (or paired repetitions for ratios).
+    pub n: usize,
+    pub ci: CiMethod,
+}
+
+impl Estimate {
+    pub fn scaled(self, k: f64) -> Estimate {
+        Estimate {
+            value: self.value * k,
+            lo: self.lo.map(|v| v * k),
+            hi: self.hi.map(|v| v * k),
+            ..self
+        }
+    }
+}
+
+/// SplitMix64: tiny, fixed across platforms and crate versions.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in 0..n (n > 0), by rejection so there is no modulo bias.
+    pub fn below(&mut self, n: usize) -> usize {
+        let n = n as u64;
+        let zone = u64::MAX - (u64::MAX % n);
+        loop {
+            let v = self.next_u64();
+            if v < zone {
+                return (v % n) as usize;
+            }
+        }
+    }
+}
+
+/// Quantile q in 0..=1 of sorted data, linear interpolation (R type 7).
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let h = (n - 1) as f64 * q.clamp(0.0, 1.0);
+    let lo = h.floor() as usize;
+    let hi = h.ceil() as usize;
+    Some(sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo]))
+}
+
+fn sorted(v: &[f64]) -> Vec<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s
+}
+
+pub fn median(v: &[f64]) -> Option<f64> {
+    quantile_sorted(&sorted(v), 0.5)
+}
+
+/// The statistic of one repetition's samples.
+pub fn stat(v: &[f64], s: Stat) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    Some(match s {
+        Stat::Mean => v.iter().sum::<f64>() / v.len() as f64,
+        Stat::Sum => v.iter().sum(),
+        Stat::Count => v.len() as f64,
+        Stat::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
+        Stat::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        Stat::Median => median(v)?,
+        Stat::Percentile(p) => quantile_sorted(&sorted(v), p / 100.0)?,
+    })
+}
+
+/// 95 % percentile-bootstrap interval of `f` over `v`.
+pub fn bootstrap<F: Fn(&[f64]) -> Option<f64>>(v: &[f64], f: F) -> Option<(f64, f64)> {
+    if v.len() < 2 {
+        return None;
+    }
+    let mut rng = Rng::new(SEED);
+    let mut buf = vec![0.0; v.len()];
+    let mut stats = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        for b in buf.iter_mut() {
+            *b = v[rng.below(v.len())];
+        }
+        stats.push(f(&buf)?);
+    }
+    stats.sort_by(f64::total_cmp);
+    Some((
+        quantile_sorted(&stats, 0.025)?,
+        quantile_sorted(&stats, 0.975)?,
+    ))
+}
+
+/// Median over repetitions with its interval; with a single repetition the
+/// interval comes from that repetition's raw samples when there are some.
+pub fn estimate(per_rep: &[f64], single_rep_samples: Option<(&[f64], Stat)>) -> Option<Estimate> {
+    let value = median(per_rep)?;
+    let n = per_rep.len();
+    let (ci, method) = if n >= 2 {
+        (bootstrap(per_rep, median), CiMethod::Repetitions)
+    } else {
+        match single_rep_samples {
+            Some((raw, s)) if raw.len() >= 2 => {
+                (bootstrap(raw, |b| stat(b, s)), CiMethod::Samples)
+            }
+            _ => (None, CiMethod::None),
+        }
+    };
+    Some(Estimate {
+        value,
+        lo: ci.map(|c| c.0.min(value)),
+        hi: ci.map(|c| c.1.max(value)),
+        n,
+        ci: if ci.is_some() { method } else { CiMethod::None },
+    })
+}
+
+/// Least-squares line and its coefficient of determination.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    pub slope: f64,
+    pub intercept: f64,
+    pub r2: f64,
+}
+
+pub fn linear_fit(xs: &[f64], ys: &[f64]) -> Option<Fit> {
+    let n = xs.len();
+    if n < 2 || n != ys.len() {
+        return None;
+    }
+    let nf = n as f64;
+    let mx = xs.iter().sum::<f64>() / nf;
+    let my = ys.iter().sum::<f64>() / nf;
+    let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let syy: f64 = ys.iter().map(|y| (y - my).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let intercept = my - slope * mx;
+    let r2 = if syy == 0.0 {
+        1.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
+    Some(Fit {
+        slope,
+        intercept,
+        r2,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_and_stats() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(stat(&[1.0, 2.0, 6.0], Stat::Mean), Some(3.0));
+        assert_eq!(stat(&[1.0, 2.0, 6.0], Stat::Sum), Some(9.0));
+        let v: Vec<f64> = (1..=101).map(f64::from).collect();
+        assert_eq!(stat(&v, Stat::Percentile(99.0)), Some(100.0));
+        assert_eq!(stat(&[], Stat::Mean), None);
+    }
+
+    #[test]
+    fn the_interval_is_deterministic_and_brackets_the_median() {
+        let reps = [10.0, 12.0, 11.0, 13.0, 9.0];
+        let a = estimate(&reps, None).unwrap();
+        let b = estimate(&reps, None).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.value, 11.0);
+        assert_eq!(a.ci, CiMethod::Repetitions);
+        let (lo, hi) = (a.lo.unwrap(), a.hi.unwrap());
+        assert!(lo <= 11.0 && hi >= 11.0 && lo >= 9.0 && hi <= 13.0, "{lo} {hi}");
+        assert!(hi - lo > 0.5, "a spread-out sample gives a real interval");
+    }
+
+    #[test]
+    fn the_mean_interval_of_many_samples_is_close_to_the_t_interval() {
+        // 1..=400: mean 200.5, sd ~115.6, t-based half-width ~11.4.
+        let raw: Vec<f64> = (1..=400).map(f64::from).collect();
+        let e = estimate(&[200.5], Some((&raw, Stat::Mean))).unwrap();
+        assert_eq!(e.ci, CiMethod::Samples);
+        let half = (e.hi.unwrap() - e.lo.unwrap()) / 2.0;
+        assert!((half - 11.4).abs() < 1.5, "half-width {half}");
+    }
+
+    #[test]
+    fn one_value_has_no_interval() {
+        let e = estimate(&[5.0], None).unwrap();
+        assert_eq!((e.lo, e.hi, e.ci), (None, None, CiMethod::None));
+        assert!(estimate(&[], None).is_none());
+    }
+
+    #[test]
+    fn fits_a_line() {
+        let f = linear_fit(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0]).unwrap();
+        assert!((f.slope - 2.0).abs() < 1e-12 && f.r2 > 0.999_999);
+        let g = linear_fit(&[1.0, 2.0, 3.0, 4.0], &[1.0, 4.0, 1.0, 4.0]).unwrap();
+        assert!(g.r2 < 0.3);
+    }
+
+    #[test]
+    fn rng_is_fixed() {
+        let mut r = Rng::new(1);
+        let a: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        let mut r = Rng::new(1);
+        let b: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        assert_eq!(a, b);
+        assert!((0..1000).all(|_| r.below(7) < 7));
+    }
+}

@@ -1,0 +1,558 @@
+//! Tests on synthetic run directories, written with the same writer a real
+//! run uses (per-point parquet files merged into samples.parquet).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use testbed_agent::protocol::SampleChunk;
+use testbed_agent::workload::Summary;
+
+use super::claims::Verdict;
+use super::def::{self, FigureDef};
+use super::extract::XKey;
+use super::{compute, draw, render_png, render_svg};
+use crate::plan::Point;
+use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
+use crate::results::samples;
+
+/// A run directory under construction.
+pub struct Synth {
+    pub dir: PathBuf,
+    records: Vec<PointRecord>,
+    files: Vec<PathBuf>,
+    workload: serde_json::Value,
+}
+
+fn point(p: u32, rep: u32, params: &[(&str, toml::Value)]) -> Point {
+    Point {
+        point: p,
+        rep,
+        params: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        workload: testbed_agent::workload::Workload::Fault(testbed_agent::workload::fault::FaultParams {
+            mode: testbed_agent::workload::fault::FaultMode::Error,
+            after_s: 0.0,
+        }),
+        seed: 7,
+    }
+}
+
+pub fn chunk(metric: &str, tags: &[(&str, &str)], values: Vec<f64>) -> SampleChunk {
+    SampleChunk {
+        job_id: 1,
+        metric: metric.into(),
+        unit: "ns".into(),
+        thread: 0,
+        first_seq: 0,
+        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        values,
+    }
+}
+
+pub fn summary(kv: &[(&str, f64)]) -> Summary {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+        .collect()
+}
+
+fn record(p: &Point, ok: bool, error: Option<&str>) -> PointRecord {
+    PointRecord {
+        id: p.id(),
+        point: p.point,
+        rep: p.rep,
+        params: p.params.clone(),
+        seed: p.seed,
+        ok,
+        error: error.map(String::from),
+        wall_s: Some(1.0),
+        samples: 0,
+        summary: BTreeMap::new(),
+        boot: 0,
+    }
+}
+
+impl Synth {
+    pub fn new(dir: &Path) -> Synth {
+        std::fs::create_dir_all(dir.join("points")).unwrap();
+        Synth {
+            dir: dir.to_path_buf(),
+            records: Vec::new(),
+            files: Vec::new(),
+            workload: serde_json::json!({"kind": "btree"}),
+        }
+    }
+
+    pub fn workload(mut self, w: serde_json::Value) -> Synth {
+        self.workload = w;
+        self
+    }
+
+    pub fn ok(&mut self, p: u32, rep: u32, params: &[(&str, toml::Value)], chunks: &[SampleChunk], s: Summary) {
+        let pt = point(p, rep, params);
+        let b = samples::point_batch(&pt, chunks, &s).unwrap();
+        let f = self.dir.join("points").join(format!("{}.parquet", pt.id()));
+        samples::write_parquet(&f, b.schema(), &[b]).unwrap();
+        self.files.push(f);
+        self.records.push(record(&pt, true, None));
+    }
+
+    pub fn failed(&mut self, p: u32, rep: u32, params: &[(&str, toml::Value)], error: &str) {
+        let pt = point(p, rep, params);
+        self.records.push(record(&pt, false, Some(error)));
+    }
+
+    pub fn finish(mut self, experiment: &str, figures: &[&str]) -> PathBuf {
+        self.files.sort();
+        if !self.files.is_empty() {
+            samples::merge(&self.files, &self.dir.join("samples.parquet")).unwrap();
+        }
+        let m = Manifest {
+            testbed_version: "0.1.0".into(),
+            status: if self.records.iter().all(|r| r.ok) {
+                RunStatus::Complete
+            } else {
+                RunStatus::Partial
+            },
+            experiment: experiment.into(),
+            run_id: "20260101T000000-abcd".into(),
+            figures: figures.iter().map(|f| f.to_string()).collect(),
+            spec_file: "experiments/synthetic.toml".into(),
+            spec_sha256: "00".into(),
+            spec: serde_json::json!({
+                "workload": self.workload,
+                "vm": {"vcpus": 2, "memory": "1G"},
+            }),
+            executor: "qemu".into(),
+            inputs: BTreeMap::from([(
+                "kernel".to_string(),
+                serde_json::json!({"description": "Debian linux-image-6.1 6.1.1-1", "release": "6.1.0"}),
+            )]),
+            accel: Some(serde_json::json!({"used": "tcg", "requested": "auto", "reasons": ["no vmx"]})),
+            timing_note: "TCG: timings are shape-only".into(),
+            qemu_argv: vec!["qemu-system-x86_64".into()],
+            host: serde_json::json!({"cpu_model": "test cpu", "cpus": 2}),
+            guest: None,
+            boots: Vec::new(),
+            boot_to_agent_ms: Vec::new(),
+            devices: vec![serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M", "logical_block_size": 512, "backend": "file"}})],
+            seed: 42,
+            points: self.records,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            finished_at: Some("2026-01-01T00:01:00Z".into()),
+            wall_s: Some(60.0),
+        };
+        manifest::write(&self.dir.join("manifest.json"), &m).unwrap();
+        self.dir
+    }
+}
+
+fn int(v: i64) -> toml::Value {
+    toml::Value::Integer(v)
+}
+
+/// Definitions used by these tests, in a directory of their own.
+const LOOKUPS: &str = r#"
+id = "t-lookups"
+title = "lookups"
+family = "test"
+[source]
+paper = "P"
+where = "Fig. 1"
+hardware = "paper box"
+[[panels]]
+name = "tput"
+x = { column = "param.depth", label = "depth" }
+y = { metric = "lookups_per_s", kind = "summary", label = "throughput", unit = "ops/s", better = "higher" }
+series = { columns = ["tag.engine"], expected = ["read", "io-uring", "nvme-hook"] }
+summary_tag = "engine"
+[[panels.reference]]
+label = "paper read"
+series = "read"
+x = [1, 2]
+y = [90.0, 60.0]
+[[panels]]
+name = "speedup"
+x = { column = "param.depth", label = "depth" }
+y = { metric = "lookups_per_s", kind = "summary", label = "speedup", unit = "×" }
+ratio = { column = "tag.engine", numerator = ["nvme-hook", "io-uring"], denominator = "read" }
+summary_tag = "engine"
+[[panels]]
+name = "lat"
+x = { column = "param.depth", label = "depth" }
+y = { metric = "lookup_latency", kind = "raw", stat = "mean", scale = 0.001, label = "latency", unit = "µs" }
+series = { columns = ["tag.engine"] }
+
+[[claims]]
+id = "falls"
+text = "read falls with depth"
+panel = "tput"
+kind = "monotonic"
+direction = "decreasing"
+series = ["read"]
+[[claims]]
+id = "rises"
+text = "read rises with depth"
+panel = "tput"
+kind = "monotonic"
+direction = "increasing"
+series = ["read"]
+[[claims]]
+id = "hook-rises"
+text = "nvme-hook rises"
+panel = "tput"
+kind = "monotonic"
+direction = "increasing"
+series = ["nvme-hook"]
+[[claims]]
+id = "max-ok"
+text = "max ≤ 200"
+panel = "tput"
+kind = "max_le"
+value = 200
+[[claims]]
+id = "max-bad"
+text = "max ≤ 50"
+panel = "tput"
+kind = "max_le"
+value = 50
+[[claims]]
+id = "min-ok"
+text = "min ≥ 10"
+panel = "tput"
+kind = "min_ge"
+value = 10
+[[claims]]
+id = "value-at"
+text = "read at depth 2 is 50..70"
+panel = "tput"
+kind = "value_at"
+series = ["read"]
+x = 2
+min = 50
+max = 70
+[[claims]]
+id = "value-at-bad"
+text = "read at the deepest is > 100"
+panel = "tput"
+kind = "value_at"
+series = ["read"]
+at = "largest"
+min = 100
+[[claims]]
+id = "ratio-ok"
+text = "io-uring ≈ read at depth 1"
+panel = "tput"
+kind = "ratio_at"
+numerator = "io-uring"
+denominator = "read"
+at = "smallest"
+min = 0.9
+max = 1.1
+[[claims]]
+id = "ratio-bad"
+text = "io-uring twice read"
+panel = "tput"
+kind = "ratio_at"
+numerator = "io-uring"
+denominator = "read"
+x = 1
+min = 2.0
+[[claims]]
+id = "ratio-absent"
+text = "nvme-hook beats read"
+panel = "tput"
+kind = "ratio_at"
+numerator = "nvme-hook"
+denominator = "read"
+at = "largest"
+min = 1.0
+[[claims]]
+id = "linear"
+text = "latency linear in depth"
+panel = "lat"
+kind = "linear_in_x"
+series = ["read"]
+r2_min = 0.99
+[[claims]]
+id = "not-linear"
+text = "throughput linear in depth"
+panel = "tput"
+kind = "linear_in_x"
+series = ["read"]
+r2_min = 0.999
+[[claims]]
+id = "linear-few"
+text = "linear with 5 points"
+panel = "tput"
+kind = "linear_in_x"
+series = ["read"]
+r2_min = 0.9
+min_points = 5
+[[claims]]
+id = "speedup-absent"
+text = "nvme-hook speedup ≤ 1.3"
+panel = "speedup"
+kind = "max_le"
+series = ["nvme-hook"]
+value = 1.3
+"#;
+
+fn defs_dir(t: &Path) -> PathBuf {
+    let d = t.join("defs");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("t-lookups.toml"), LOOKUPS).unwrap();
+    d
+}
+
+fn defs(t: &Path) -> BTreeMap<String, FigureDef> {
+    def::load_all(&defs_dir(t)).unwrap()
+}
+
+/// read and io-uring interleaved, depth 1..4, 3 repetitions; read
+/// throughput 100/d (a curve, not a line), latency linear in depth.
+fn lookups_run(t: &Path) -> PathBuf {
+    let mut s = Synth::new(&t.join("run"));
+    for d in 1..=4i64 {
+        for rep in 0..3u32 {
+            let jitter = f64::from(rep) - 1.0;
+            let read = 100.0 / d as f64 + jitter;
+            let lat: Vec<f64> = (0..20).map(|i| 10_000.0 * d as f64 + f64::from(i)).collect();
+            s.ok(
+                (d - 1) as u32,
+                rep,
+                &[("depth", int(d))],
+                &[
+                    chunk("lookup_latency", &[("engine", "read")], lat.clone()),
+                    chunk("lookup_latency", &[("engine", "io-uring")], lat),
+                ],
+                summary(&[
+                    ("read.lookups_per_s", read),
+                    ("io-uring.lookups_per_s", read * 1.02),
+                    ("depth", d as f64),
+                ]),
+            );
+        }
+    }
+    s.finish("lookups", &["t-lookups", "no-such-figure"])
+}
+
+#[test]
+fn each_claim_kind_holds_fails_or_is_not_measurable() {
+    let t = tempfile::tempdir().unwrap();
+    let run = lookups_run(t.path());
+    let rf = compute(&run, &defs(t.path())).unwrap();
+    assert_eq!(rf.unknown, ["no-such-figure"], "unknown ids are reported, not fatal");
+    let claims = &rf.figures[0].claims;
+    let verdict = |id: &str| {
+        let c = claims.iter().find(|c| c.id == id).unwrap();
+        (c.verdict, c.numbers.clone())
+    };
+    let expect = [
+        ("falls", Verdict::Holds),
+        ("rises", Verdict::DoesNotHold),
+        ("hook-rises", Verdict::NotMeasurable),
+        ("max-ok", Verdict::Holds),
+        ("max-bad", Verdict::DoesNotHold),
+        ("min-ok", Verdict::Holds),
+        ("value-at", Verdict::Holds),
+        ("value-at-bad", Verdict::DoesNotHold),
+        ("ratio-ok", Verdict::Holds),
+        ("ratio-bad", Verdict::DoesNotHold),
+        ("ratio-absent", Verdict::NotMeasurable),
+        ("linear", Verdict::Holds),
+        ("not-linear", Verdict::DoesNotHold),
+        ("linear-few", Verdict::NotMeasurable),
+        ("speedup-absent", Verdict::NotMeasurable),
+    ];
+    for (id, want) in expect {
+        let (got, numbers) = verdict(id);
+        assert_eq!(got, want, "{id}: {numbers}");
+        assert!(!numbers.is_empty(), "{id} shows its numbers");
+    }
+    // The numbers behind a verdict are the medians drawn.
+    let (_, falls) = verdict("falls");
+    assert!(falls.contains("1→100") && falls.contains("4→25"), "{falls}");
+    let (_, ratio) = verdict("ratio-ok");
+    assert!(ratio.contains("= 1.02"), "{ratio}");
+    let (_, absent) = verdict("ratio-absent");
+    assert!(absent.contains("nvme-hook has no data"), "{absent}");
+}
+
+#[test]
+fn medians_and_intervals_are_over_repetitions() {
+    let t = tempfile::tempdir().unwrap();
+    let run = lookups_run(t.path());
+    let rf = compute(&run, &defs(t.path())).unwrap();
+    let (_, tput) = &rf.figures[0].panels[0];
+    let read = tput.series("read").unwrap();
+    let p1 = &read.points[0];
+    assert_eq!(p1.x, XKey::Num(1.0));
+    // Repetitions 99, 100, 101: median 100, interval within [99, 101].
+    assert_eq!((p1.est.value, p1.est.n), (100.0, 3));
+    let (lo, hi) = (p1.est.lo.unwrap(), p1.est.hi.unwrap());
+    assert!((99.0..100.0).contains(&lo) && (100.0..=101.0).contains(&hi), "{lo} {hi}");
+    assert_eq!(tput.absent, ["nvme-hook"], "expected series without data are listed");
+    // The ratio panel pairs engines per repetition: exactly 1.02.
+    let (_, speedup) = &rf.figures[0].panels[1];
+    let io = speedup.series("io-uring").unwrap();
+    assert!(io.points.iter().all(|p| (p.est.value - 1.02).abs() < 1e-9));
+    assert!(speedup.series("nvme-hook").is_none(), "an absent engine is no series, not zeros");
+    assert!(speedup.absent.contains(&"nvme-hook".to_string()));
+    // Raw samples: the mean of each repetition, scaled ns → µs.
+    let (_, lat) = &rf.figures[0].panels[2];
+    let l = &lat.series("read").unwrap().points[1];
+    assert!((l.est.value - 20.0095).abs() < 1e-9, "{}", l.est.value);
+}
+
+#[test]
+fn redrawing_gives_identical_bytes_even_from_a_copied_run_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let run = lookups_run(t.path());
+    let defs = defs(t.path());
+    let a = compute(&run, &defs).unwrap();
+    let svg1 = render_svg(&a.figures[0]).unwrap();
+    let png1 = render_png(&a.figures[0]).unwrap();
+    assert_eq!(svg1, render_svg(&a.figures[0]).unwrap());
+    assert_eq!(png1, render_png(&a.figures[0]).unwrap());
+    assert!(png1.starts_with(b"\x89PNG"));
+    assert!(svg1.contains("aria-label=\"depth\""), "axis label present");
+    assert!(svg1.contains("paper read"), "paper values are in the legend");
+
+    let copy = t.path().join("elsewhere/run-copy");
+    std::fs::create_dir_all(copy.join("points")).unwrap();
+    for f in ["manifest.json", "samples.parquet"] {
+        std::fs::copy(run.join(f), copy.join(f)).unwrap();
+    }
+    let b = compute(&copy, &defs).unwrap();
+    assert_eq!(svg1, render_svg(&b.figures[0]).unwrap());
+    assert_eq!(png1, render_png(&b.figures[0]).unwrap());
+}
+
+#[test]
+fn a_failed_point_is_a_gap_listed_under_the_figure_not_a_zero() {
+    let t = tempfile::tempdir().unwrap();
+    let mut s = Synth::new(&t.path().join("run"));
+    for d in [1i64, 2, 4] {
+        s.ok(
+            (d - 1) as u32,
+            0,
+            &[("depth", int(d))],
+            &[chunk("lookup_latency", &[("engine", "read")], vec![1.0, 2.0])],
+            summary(&[("lookups_per_s", 100.0 / d as f64)]),
+        );
+    }
+    s.failed(2, 0, &[("depth", int(3))], "guest panic: boom\nmore lines");
+    let run = s.finish("lookups", &["t-lookups"]);
+    let rf = compute(&run, &defs(t.path())).unwrap();
+    let fig = &rf.figures[0];
+    let (_, tput) = &fig.panels[0];
+    // A single engine's bare summary key belongs to the engine of its samples.
+    let read = tput.series("read").unwrap();
+    let xs: Vec<f64> = read.points.iter().map(|p| p.x.pos()).collect();
+    assert_eq!(xs, [1.0, 2.0, 4.0]);
+    assert!(read.points.iter().all(|p| p.est.value > 0.0));
+    assert_eq!(tput.gaps.len(), 1);
+    assert_eq!(tput.gaps[0].x, XKey::Num(3.0));
+    let segs = draw::segments(read, tput);
+    assert_eq!(segs.len(), 1, "the line breaks at depth 3: {segs:?}");
+    assert_eq!(segs[0].len(), 2);
+    assert!(
+        fig.notes
+            .iter()
+            .any(|n| n.contains("p0002-r00") && n.contains("depth=3") && n.contains("guest panic: boom") && !n.contains("more lines")),
+        "{:?}",
+        fig.notes
+    );
+    let svg = render_svg(fig).unwrap();
+    assert!(svg.contains("failed point (gap)"));
+}
+
+#[test]
+fn damaged_run_files_give_errors_naming_the_file() {
+    let t = tempfile::tempdir().unwrap();
+    let run = lookups_run(t.path());
+    let defs = defs(t.path());
+    let samples = run.join("samples.parquet");
+    let bytes = std::fs::read(&samples).unwrap();
+
+    std::fs::write(&samples, &bytes[..bytes.len() / 2]).unwrap();
+    let e = compute(&run, &defs).err().unwrap().to_string();
+    assert!(e.contains("samples.parquet"), "truncated: {e}");
+
+    std::fs::write(&samples, b"PAR1 garbage garbage PAR1").unwrap();
+    let e = compute(&run, &defs).err().unwrap().to_string();
+    assert!(e.contains("samples.parquet"), "corrupt: {e}");
+
+    std::fs::remove_file(&samples).unwrap();
+    let e = compute(&run, &defs).err().unwrap().to_string();
+    assert!(e.contains("samples.parquet") && e.contains("missing"), "missing: {e}");
+
+    std::fs::write(run.join("manifest.json"), b"{ not json").unwrap();
+    let e = compute(&run, &defs).err().unwrap().to_string();
+    assert!(e.contains("manifest.json"), "manifest: {e}");
+}
+
+#[test]
+fn plot_check_and_report_write_their_files() {
+    let t = tempfile::tempdir().unwrap();
+    let run = lookups_run(t.path());
+    let d = defs_dir(t.path());
+    let plotted = super::plot_run(&run, &d).unwrap();
+    for ext in ["svg", "png", "json"] {
+        assert!(run.join(format!("figures/t-lookups.{ext}")).is_file());
+    }
+    assert_eq!(plotted.unknown, ["no-such-figure"]);
+    let (claims, _) = super::check_run(&run, &d).unwrap();
+    assert_eq!(claims.len(), 15);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("claims.json")).unwrap()).unwrap();
+    assert_eq!(doc["claims"][0]["verdict"], "holds");
+    assert!(doc["claims"][0]["values"].as_array().is_some_and(|v| !v.is_empty()));
+    let html_path = super::report_run(&run, &d).unwrap();
+    let html = std::fs::read_to_string(html_path).unwrap();
+    assert!(html.contains("<figure id=\"fig-t-lookups\""));
+    assert!(html.contains("data:image/svg+xml;base64,"));
+    assert!(html.contains("not measurable here") && html.contains("does not hold"));
+    assert!(html.contains("accelerator") && html.contains("TCG"));
+    assert!(html.contains("href=\"samples.parquet\""));
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "no external resources");
+}
+
+#[test]
+fn filters_use_workload_fields_when_the_axis_was_not_swept() {
+    let t = tempfile::tempdir().unwrap();
+    let mut s = Synth::new(&t.path().join("run")).workload(serde_json::json!({"kind": "btree", "batch": 1}));
+    for d in [1i64, 2] {
+        s.ok(
+            (d - 1) as u32,
+            0,
+            &[("depth", int(d))],
+            &[chunk("lookup_latency", &[("engine", "read")], vec![1.0])],
+            summary(&[("lookups_per_s", 10.0)]),
+        );
+    }
+    let run = s.finish("lookups", &["t-batch"]);
+    let d = t.path().join("defs");
+    std::fs::create_dir_all(&d).unwrap();
+    let def = |want: i64, col: &str| {
+        format!(
+            "id = \"t-batch\"\ntitle = \"t\"\nfamily = \"test\"\n[[panels]]\nname = \"p\"\n\
+             x = {{ column = \"param.depth\", label = \"depth\" }}\n\
+             y = {{ metric = \"lookups_per_s\", kind = \"summary\", label = \"t\" }}\n\
+             filter = {{ \"{col}\" = {want} }}\n"
+        )
+    };
+    let points = |text: String| {
+        std::fs::write(d.join("t-batch.toml"), text).unwrap();
+        let rf = compute(&run, &def::load_all(&d).unwrap()).unwrap();
+        let (_, p) = &rf.figures[0].panels[0];
+        (p.series.iter().map(|s| s.points.len()).sum::<usize>(), p.notes.clone())
+    };
+    assert_eq!(points(def(1, "param.batch")).0, 2);
+    assert_eq!(points(def(2, "param.batch")).0, 0);
+    let (n, notes) = points(def(2, "param.nope"));
+    assert_eq!(n, 2, "a filter on a column the run lacks does not apply");
+    assert!(notes[0].contains("param.nope"), "{notes:?}");
+}
