@@ -5,5 +5,6 @@
 //! themselves, each as a plain library API that runs on the host too.
 
 pub mod agent;
+pub mod bpf;
 pub mod protocol;
 pub mod workload;

@@ -115,7 +115,7 @@ impl Ctx<'_> {
                     _ => p.x.label() == want.text(),
                 })
             }
-            (None, Some(At::Largest)) => pts.into_iter().filter(common).next_back(),
+            (None, Some(At::Largest)) => pts.into_iter().rfind(common),
             (None, Some(At::Smallest)) => pts.into_iter().find(common),
             (None, None) => None,
         }
@@ -339,10 +339,19 @@ fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
     let mut words: Vec<String> = parts.iter().map(|p| p.words.clone()).collect();
     words.extend(missing_words.iter().cloned());
     let limit = match ctx.claim.kind {
-        ClaimKind::MaxLe => format!(" (claim: ≤ {})", fmt_num(ctx.claim.value.unwrap_or(f64::NAN))),
-        ClaimKind::MinGe => format!(" (claim: ≥ {})", fmt_num(ctx.claim.value.unwrap_or(f64::NAN))),
+        ClaimKind::MaxLe => format!(
+            " (claim: ≤ {})",
+            fmt_num(ctx.claim.value.unwrap_or(f64::NAN))
+        ),
+        ClaimKind::MinGe => format!(
+            " (claim: ≥ {})",
+            fmt_num(ctx.claim.value.unwrap_or(f64::NAN))
+        ),
         ClaimKind::ValueAt => format!(" (claim: {})", ctx.bounds_text()),
-        ClaimKind::LinearInX => format!(" (claim: R² ≥ {})", fmt_num(ctx.claim.r2_min.unwrap_or(1.0))),
+        ClaimKind::LinearInX => format!(
+            " (claim: R² ≥ {})",
+            fmt_num(ctx.claim.r2_min.unwrap_or(1.0))
+        ),
         ClaimKind::Monotonic => format!(
             " (claim: {}{})",
             if ctx.claim.direction == Some(Direction::Increasing) {
@@ -421,7 +430,12 @@ pub fn table(results: &[ClaimResult]) -> String {
         .max(6);
     s.push_str(&format!("{:<19} {:<w$} claim\n", "verdict", "figure"));
     for r in results {
-        s.push_str(&format!("{:<19} {:<w$} {}\n", r.verdict.text(), r.figure, r.text));
+        s.push_str(&format!(
+            "{:<19} {:<w$} {}\n",
+            r.verdict.text(),
+            r.figure,
+            r.text
+        ));
         s.push_str(&format!("{:<19} {:<w$}   {}\n", "", "", r.numbers));
     }
     let count = |v: Verdict| results.iter().filter(|r| r.verdict == v).count();

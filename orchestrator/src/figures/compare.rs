@@ -85,7 +85,14 @@ pub fn flag(a: &Estimate, b: &Estimate, better: Option<Better>) -> Flag {
     }
 }
 
-fn series_changes(fig: &str, panel: &str, better: Option<Better>, a: &Series, b: &Series, out: &mut Comparison) {
+fn series_changes(
+    fig: &str,
+    panel: &str,
+    better: Option<Better>,
+    a: &Series,
+    b: &Series,
+    out: &mut Comparison,
+) {
     for pa in &a.points {
         match b.points.iter().find(|pb| pb.x == pa.x) {
             Some(pb) => out.changes.push(Change {
@@ -102,15 +109,20 @@ fn series_changes(fig: &str, panel: &str, better: Option<Better>, a: &Series, b:
                 },
                 flag: flag(&pa.est, &pb.est, better),
             }),
-            None => out
-                .unmatched
-                .push(format!("{fig}/{panel}: {} x={} only in A", a.label, pa.x.label())),
+            None => out.unmatched.push(format!(
+                "{fig}/{panel}: {} x={} only in A",
+                a.label,
+                pa.x.label()
+            )),
         }
     }
     for pb in &b.points {
         if !a.points.iter().any(|pa| pa.x == pb.x) {
-            out.unmatched
-                .push(format!("{fig}/{panel}: {} x={} only in B", b.label, pb.x.label()));
+            out.unmatched.push(format!(
+                "{fig}/{panel}: {} x={} only in B",
+                b.label,
+                pb.x.label()
+            ));
         }
     }
 }
@@ -120,33 +132,43 @@ fn figure_changes(fa: &Figure, fb: &Figure, out: &mut Comparison) {
         for sa in &da.series {
             match db.series(&sa.key) {
                 Some(sb) => series_changes(&fa.def.id, name, p.y.better, sa, sb, out),
-                None => out
-                    .unmatched
-                    .push(format!("{}/{name}: series {} only in A", fa.def.id, sa.label)),
+                None => out.unmatched.push(format!(
+                    "{}/{name}: series {} only in A",
+                    fa.def.id, sa.label
+                )),
             }
         }
         for sb in &db.series {
             if da.series(&sb.key).is_none() {
-                out.unmatched
-                    .push(format!("{}/{name}: series {} only in B", fa.def.id, sb.label));
+                out.unmatched.push(format!(
+                    "{}/{name}: series {} only in B",
+                    fa.def.id, sb.label
+                ));
             }
         }
     }
 }
 
-pub fn compare(a: &Path, b: &Path, defs: &BTreeMap<String, FigureDef>) -> Result<Comparison, FigureError> {
+pub fn compare(
+    a: &Path,
+    b: &Path,
+    defs: &BTreeMap<String, FigureDef>,
+) -> Result<Comparison, FigureError> {
     let ra = compute(a, defs)?;
     let rb = compute(b, defs)?;
     let mut out = Comparison::default();
     for fa in &ra.figures {
         match rb.figures.iter().find(|f| f.def.id == fa.def.id) {
             Some(fb) => figure_changes(fa, fb, &mut out),
-            None => out.unmatched.push(format!("figure {} only in A", fa.def.id)),
+            None => out
+                .unmatched
+                .push(format!("figure {} only in A", fa.def.id)),
         }
     }
     for fb in &rb.figures {
         if !ra.figures.iter().any(|f| f.def.id == fb.def.id) {
-            out.unmatched.push(format!("figure {} only in B", fb.def.id));
+            out.unmatched
+                .push(format!("figure {} only in B", fb.def.id));
         }
     }
     Ok(out)
@@ -214,11 +236,24 @@ mod tests {
     #[test]
     fn flags_follow_intervals_and_direction() {
         let a = est(100.0, 95.0, 105.0);
-        assert_eq!(flag(&a, &est(80.0, 78.0, 82.0), Some(Better::Higher)), Flag::Regression);
-        assert_eq!(flag(&a, &est(80.0, 78.0, 82.0), Some(Better::Lower)), Flag::Improvement);
-        assert_eq!(flag(&a, &est(102.0, 98.0, 110.0), Some(Better::Higher)), Flag::Same);
+        assert_eq!(
+            flag(&a, &est(80.0, 78.0, 82.0), Some(Better::Higher)),
+            Flag::Regression
+        );
+        assert_eq!(
+            flag(&a, &est(80.0, 78.0, 82.0), Some(Better::Lower)),
+            Flag::Improvement
+        );
+        assert_eq!(
+            flag(&a, &est(102.0, 98.0, 110.0), Some(Better::Higher)),
+            Flag::Same
+        );
         assert_eq!(flag(&a, &est(80.0, 78.0, 82.0), None), Flag::Changed);
-        let bare = Estimate { lo: None, hi: None, ..a };
+        let bare = Estimate {
+            lo: None,
+            hi: None,
+            ..a
+        };
         assert_eq!(flag(&a, &bare, Some(Better::Higher)), Flag::NoInterval);
     }
 }

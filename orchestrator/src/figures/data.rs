@@ -86,7 +86,9 @@ impl Cell {
             return false;
         };
         match (self.as_f64(), other.as_f64()) {
-            (Some(a), Some(b)) if !matches!(self, Cell::Text(_)) || !matches!(other, Cell::Text(_)) => {
+            (Some(a), Some(b))
+                if !matches!(self, Cell::Text(_)) || !matches!(other, Cell::Text(_)) =>
+            {
                 a == b
             }
             _ => self.text() == other.text(),
@@ -100,15 +102,21 @@ fn cell_at(a: &dyn Array, i: usize) -> Option<Cell> {
     }
     let any = a.as_any();
     match a.data_type() {
-        DataType::Int64 => any.downcast_ref::<Int64Array>().map(|x| Cell::Int(x.value(i))),
+        DataType::Int64 => any
+            .downcast_ref::<Int64Array>()
+            .map(|x| Cell::Int(x.value(i))),
         DataType::UInt32 => any
             .downcast_ref::<UInt32Array>()
             .map(|x| Cell::Int(i64::from(x.value(i)))),
         DataType::UInt64 => any
             .downcast_ref::<UInt64Array>()
             .map(|x| Cell::Int(x.value(i) as i64)),
-        DataType::Float64 => any.downcast_ref::<Float64Array>().map(|x| Cell::Float(x.value(i))),
-        DataType::Boolean => any.downcast_ref::<BooleanArray>().map(|x| Cell::Bool(x.value(i))),
+        DataType::Float64 => any
+            .downcast_ref::<Float64Array>()
+            .map(|x| Cell::Float(x.value(i))),
+        DataType::Boolean => any
+            .downcast_ref::<BooleanArray>()
+            .map(|x| Cell::Bool(x.value(i))),
         DataType::Utf8 => any
             .downcast_ref::<StringArray>()
             .map(|x| Cell::Text(x.value(i).to_string())),
@@ -194,11 +202,15 @@ pub struct Selected {
 }
 
 fn strings<'a>(b: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
-    b.column_by_name(name)?.as_any().downcast_ref::<StringArray>()
+    b.column_by_name(name)?
+        .as_any()
+        .downcast_ref::<StringArray>()
 }
 
 fn u32s<'a>(b: &'a RecordBatch, name: &str) -> Option<&'a UInt32Array> {
-    b.column_by_name(name)?.as_any().downcast_ref::<UInt32Array>()
+    b.column_by_name(name)?
+        .as_any()
+        .downcast_ref::<UInt32Array>()
 }
 
 /// Values of tag `key` on each (point, rep)'s raw rows: what a bare summary
@@ -240,7 +252,11 @@ pub fn select(run: &RunData, panel: &Panel) -> Result<Selected, FigureError> {
         MetricKind::Raw => "raw",
         MetricKind::Summary => "summary",
     };
-    let col = |n: &str| batch.column_by_name(n).ok_or_else(|| file_err(&spath, format!("no column {n}")));
+    let col = |n: &str| {
+        batch
+            .column_by_name(n)
+            .ok_or_else(|| file_err(&spath, format!("no column {n}")))
+    };
     let kind_mask = eq(col("kind")?, &StringArray::new_scalar(kind_name)).map_err(arrow_err)?;
     let metric = col("metric")?;
     let mut metric_mask = eq(metric, &StringArray::new_scalar(&y.metric)).map_err(arrow_err)?;
@@ -265,7 +281,10 @@ pub fn select(run: &RunData, panel: &Panel) -> Result<Selected, FigureError> {
         sel.column_by_name("value")
             .and_then(|c| c.as_any().downcast_ref::<Float64Array>()),
     ) else {
-        return Err(file_err(&spath, "point, rep, metric or value has the wrong type"));
+        return Err(file_err(
+            &spath,
+            "point, rep, metric or value has the wrong type",
+        ));
     };
 
     // A column is in the samples, a workload constant, or absent.
@@ -279,7 +298,9 @@ pub fn select(run: &RunData, panel: &Panel) -> Result<Selected, FigureError> {
         if present(c) {
             applicable.push((c.clone(), v.clone()));
         } else {
-            notes.push(format!("filter {c} does not apply: this run has no such column"));
+            notes.push(format!(
+                "filter {c} does not apply: this run has no such column"
+            ));
         }
     }
     if !present(&panel.x.column) {

@@ -317,7 +317,10 @@ impl FigureDef {
 
     fn validate(&self, stem: &str) -> Result<(), String> {
         if self.id != stem {
-            return Err(format!("id {:?} differs from the file name {stem:?}", self.id));
+            return Err(format!(
+                "id {:?} differs from the file name {stem:?}",
+                self.id
+            ));
         }
         if self.panels.is_empty() {
             return Err("no [[panels]]".into());
@@ -396,7 +399,8 @@ impl ClaimDef {
             ClaimKind::MaxLe | ClaimKind::MinGe => need(self.value.is_some(), "value"),
             ClaimKind::Monotonic => need(self.direction.is_some(), "direction"),
             ClaimKind::ValueAt => need(
-                (self.x.is_some() ^ self.at.is_some()) && (self.min.is_some() || self.max.is_some()),
+                (self.x.is_some() ^ self.at.is_some())
+                    && (self.min.is_some() || self.max.is_some()),
                 "one of x / at, and min and/or max",
             ),
             ClaimKind::RatioAt => need(
@@ -513,7 +517,10 @@ direction = "increasing"
         let p = t.path().join("other.toml");
         std::fs::write(&p, MINIMAL).unwrap();
         let e = load(&p).unwrap_err().to_string();
-        assert!(e.contains("other.toml") && e.contains("differs from the file name"), "{e}");
+        assert!(
+            e.contains("other.toml") && e.contains("differs from the file name"),
+            "{e}"
+        );
 
         let p = t.path().join("t.toml");
         std::fs::write(&p, MINIMAL.replace("direction = \"increasing\"", "")).unwrap();

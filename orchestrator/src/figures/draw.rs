@@ -88,7 +88,10 @@ fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
-pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, view: &View<'_>) -> Result<(), String> {
+pub fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    view: &View<'_>,
+) -> Result<(), String> {
     let (w, _) = size(view);
     root.fill(&WHITE).map_err(err)?;
     root.draw(&Text::new(
@@ -101,7 +104,9 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, view: &View<'_>) 
     let rows = (view.panels.len() as u32).div_ceil(cols).max(1);
     let (_, rest) = root.split_vertically(TITLE_H);
     let (plots, cap) = rest.split_vertically(rows * PANEL_H);
-    let cells = plots.margin(0, 0, MARGIN, MARGIN).split_evenly((rows as usize, cols as usize));
+    let cells = plots
+        .margin(0, 0, MARGIN, MARGIN)
+        .split_evenly((rows as usize, cols as usize));
     // Panels on the same x column share one x range (the union), so an
     // empty panel's "no data" sits on the axis the data would have had.
     let xr: Vec<Option<(f64, f64)>> = view.panels.iter().map(|(p, d)| ranges(p, d).x).collect();
@@ -124,8 +129,13 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, view: &View<'_>) 
     for (i, line) in caption_lines(view, w).iter().enumerate() {
         cap.draw(&Text::new(
             line.clone(),
-            (MARGIN as i32, MARGIN as i32 / 2 + (i as u32 * CAPTION_LINE) as i32),
-            (FAMILY, CAPTION_SIZE).into_font().color(&RGBColor(40, 40, 40)),
+            (
+                MARGIN as i32,
+                MARGIN as i32 / 2 + (i as u32 * CAPTION_LINE) as i32,
+            ),
+            (FAMILY, CAPTION_SIZE)
+                .into_font()
+                .color(&RGBColor(40, 40, 40)),
         ))
         .map_err(err)?;
     }
@@ -177,7 +187,11 @@ fn ranges(panel: &Panel, data: &PanelData) -> Ranges {
     for s in &data.series {
         for p in &s.points {
             xs.push(p.x.pos());
-            ys.extend([Some(p.est.value), p.est.lo, p.est.hi].into_iter().flatten());
+            ys.extend(
+                [Some(p.est.value), p.est.lo, p.est.hi]
+                    .into_iter()
+                    .flatten(),
+            );
         }
     }
     xs.extend(data.gaps.iter().map(|g| g.x.pos()));
@@ -406,10 +420,8 @@ where
             if let (Some(lo), Some(hi)) = (p.est.lo, p.est.hi) {
                 let xp = p.x.pos();
                 let bar = ShapeStyle::from(&c).stroke_width(1);
-                ch.draw_series([
-                    PathElement::new(vec![(xp, lo), (xp, hi)], bar),
-                ])
-                .map_err(err)?;
+                ch.draw_series([PathElement::new(vec![(xp, lo), (xp, hi)], bar)])
+                    .map_err(err)?;
                 for yv in [lo, hi] {
                     ch.draw_series(std::iter::once(
                         EmptyElement::at((xp, yv)) + PathElement::new(vec![(-5, 0), (5, 0)], bar),
@@ -496,15 +508,19 @@ where
     let stroke = ShapeStyle::from(&c).stroke_width(2);
     match r.kind {
         RefKind::Points => {
-            let pts: Vec<(f64, f64)> = r
-                .x
-                .iter()
-                .zip(&r.y)
-                .filter_map(|(x, y)| Some((ref_x(x, cats)?, *y)))
-                .collect();
+            let pts: Vec<(f64, f64)> =
+                r.x.iter()
+                    .zip(&r.y)
+                    .filter_map(|(x, y)| Some((ref_x(x, cats)?, *y)))
+                    .collect();
             if pts.len() >= 2 && cats.is_none() {
-                ch.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, ShapeStyle::from(&c).stroke_width(1)))
-                    .map_err(err)?;
+                ch.draw_series(DashedLineSeries::new(
+                    pts.clone(),
+                    6,
+                    4,
+                    ShapeStyle::from(&c).stroke_width(1),
+                ))
+                .map_err(err)?;
             }
             let shape = move |p: (f64, f64)| {
                 EmptyElement::at(p)
@@ -537,10 +553,20 @@ where
                 .map_err(err)?
                 .label(r.label.clone())
                 .legend(move |(lx, ly)| Rectangle::new([(lx, ly - 5), (lx + 16, ly + 5)], fill));
-            ch.draw_series(DashedLineSeries::new(vec![(a, lo), (b, lo)], 6, 4, ShapeStyle::from(&c).stroke_width(1)))
-                .map_err(err)?;
-            ch.draw_series(DashedLineSeries::new(vec![(a, hi), (b, hi)], 6, 4, ShapeStyle::from(&c).stroke_width(1)))
-                .map_err(err)?;
+            ch.draw_series(DashedLineSeries::new(
+                vec![(a, lo), (b, lo)],
+                6,
+                4,
+                ShapeStyle::from(&c).stroke_width(1),
+            ))
+            .map_err(err)?;
+            ch.draw_series(DashedLineSeries::new(
+                vec![(a, hi), (b, hi)],
+                6,
+                4,
+                ShapeStyle::from(&c).stroke_width(1),
+            ))
+            .map_err(err)?;
         }
     }
     Ok(())

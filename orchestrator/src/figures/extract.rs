@@ -247,12 +247,21 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
     match &panel.ratio {
         None => {
             for ((base, _, x), units) in &groups {
-                let per_rep: Vec<f64> = units.values().filter_map(|v| unit_value(panel, v)).collect();
+                let per_rep: Vec<f64> = units
+                    .values()
+                    .filter_map(|v| unit_value(panel, v))
+                    .collect();
                 let raw = (panel.y.kind == MetricKind::Raw && units.len() == 1)
                     .then(|| units.values().next().map(|v| (v.as_slice(), panel.y.stat)))
                     .flatten();
                 if let Some(est) = stats::estimate(&per_rep, raw) {
-                    push(base.clone(), base, series_label(panel, base), x.clone(), est);
+                    push(
+                        base.clone(),
+                        base,
+                        series_label(panel, base),
+                        x.clone(),
+                        est,
+                    );
                 }
             }
         }
@@ -262,7 +271,8 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                 .map(|(b, _, x)| (b.clone(), x.clone()))
                 .collect();
             for (base, x) in &bases {
-                let Some(den) = groups.get(&(base.clone(), Some(ratio.denominator.clone()), x.clone()))
+                let Some(den) =
+                    groups.get(&(base.clone(), Some(ratio.denominator.clone()), x.clone()))
                 else {
                     continue;
                 };
@@ -307,7 +317,11 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
             .position(|e| e == k)
             .unwrap_or(usize::MAX)
     };
-    series.sort_by(|a, b| rank(&a.key).cmp(&rank(&b.key)).then(natural_cmp(&a.key, &b.key)));
+    series.sort_by(|a, b| {
+        rank(&a.key)
+            .cmp(&rank(&b.key))
+            .then(natural_cmp(&a.key, &b.key))
+    });
     // A missing ratio engine is the root cause; its series need no listing.
     let root_cause = !absent.is_empty();
     for e in panel.series.expected.iter().filter(|_| !root_cause) {
@@ -350,7 +364,10 @@ fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<f64> {
             None => leftover_num.push(v),
         }
     }
-    let leftover_den = den.iter().filter(|(k, _)| !used.contains(*k)).map(|(_, v)| v);
+    let leftover_den = den
+        .iter()
+        .filter(|(k, _)| !used.contains(*k))
+        .map(|(_, v)| v);
     for (n, d) in leftover_num.into_iter().zip(leftover_den) {
         out.extend(ratio(panel, n, d));
     }

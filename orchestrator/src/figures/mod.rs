@@ -102,7 +102,10 @@ pub fn figure(run: &RunData, def: &FigureDef) -> Result<Figure, FigureError> {
         caption.push(n.clone());
     }
     if notes.len() > 4 {
-        caption.push(format!("… and {} more notes in report.html", notes.len() - 4));
+        caption.push(format!(
+            "… and {} more notes in report.html",
+            notes.len() - 4
+        ));
     }
     let claims = claims::evaluate(def, &panels);
     Ok(Figure {
@@ -115,7 +118,10 @@ pub fn figure(run: &RunData, def: &FigureDef) -> Result<Figure, FigureError> {
 }
 
 /// Loads a run and computes every figure it feeds.
-pub fn compute(run_dir: &Path, defs: &BTreeMap<String, FigureDef>) -> Result<RunFigures, FigureError> {
+pub fn compute(
+    run_dir: &Path,
+    defs: &BTreeMap<String, FigureDef>,
+) -> Result<RunFigures, FigureError> {
     let run = data::load(run_dir)?;
     let (known, unknown) = def::figures_for(&run.manifest.figures, &run.manifest.experiment, defs);
     let mut figures = Vec::new();
@@ -221,8 +227,13 @@ pub fn write_figures(rf: &RunFigures) -> Result<Plotted, FigureError> {
     for f in &rf.figures {
         let svg = render_svg(f)?;
         let png = render_png(f)?;
-        let json = serde_json::to_vec_pretty(&figure_json(f)).map_err(|e| FigureError::Other(e.to_string()))?;
-        for (ext, bytes) in [("svg", svg.as_bytes()), ("png", png.as_slice()), ("json", json.as_slice())] {
+        let json = serde_json::to_vec_pretty(&figure_json(f))
+            .map_err(|e| FigureError::Other(e.to_string()))?;
+        for (ext, bytes) in [
+            ("svg", svg.as_bytes()),
+            ("png", png.as_slice()),
+            ("json", json.as_slice()),
+        ] {
             let p = dir.join(format!("{}.{ext}", f.def.id));
             write(&p, bytes)?;
             files.push(p);
@@ -256,7 +267,10 @@ pub fn plot_run(run_dir: &Path, defs_dir: &Path) -> Result<Plotted, FigureError>
 }
 
 /// `testbed check RUN`.
-pub fn check_run(run_dir: &Path, defs_dir: &Path) -> Result<(Vec<ClaimResult>, Vec<String>), FigureError> {
+pub fn check_run(
+    run_dir: &Path,
+    defs_dir: &Path,
+) -> Result<(Vec<ClaimResult>, Vec<String>), FigureError> {
     let defs = def::load_all(defs_dir)?;
     let rf = compute(run_dir, &defs)?;
     Ok((write_claims(&rf)?, rf.unknown))

@@ -86,7 +86,12 @@ impl<'a> DrawingBackend for PngBackend<'a> {
         self.inner.blit_bitmap(pos, size, src)
     }
 
-    fn draw_text<T: BackendTextStyle>(&mut self, text: &str, style: &T, pos: BackendCoord) -> Res<'a> {
+    fn draw_text<T: BackendTextStyle>(
+        &mut self,
+        text: &str,
+        style: &T,
+        pos: BackendCoord,
+    ) -> Res<'a> {
         let color = style.color();
         let Some(f) = font::font() else {
             return Ok(());

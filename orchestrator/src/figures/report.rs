@@ -85,7 +85,9 @@ pub fn claims_table(rows: &[ClaimRow<'_>]) -> String {
     if with_run {
         s.push_str("<th>run</th>");
     }
-    s.push_str("<th>verdict</th><th>figure</th><th>claim</th><th>numbers it was decided on</th></tr>\n");
+    s.push_str(
+        "<th>verdict</th><th>figure</th><th>claim</th><th>numbers it was decided on</th></tr>\n",
+    );
     for row in rows {
         let c = row.claim;
         s.push_str(&format!("<tr class=\"{}\">", verdict_class(c.verdict)));
@@ -144,7 +146,9 @@ fn figure_block(f: &Figure, anchor: &str, link_base: &str) -> Result<String, Fig
         }
         s.push_str("</ul>\n");
     }
-    let prefix = anchor.strip_suffix(&format!("fig-{}", f.def.id)).unwrap_or("");
+    let prefix = anchor
+        .strip_suffix(&format!("fig-{}", f.def.id))
+        .unwrap_or("");
     let rows: Vec<ClaimRow<'_>> = f
         .claims
         .iter()
@@ -174,7 +178,10 @@ fn manifest_table(run: &RunData) -> String {
         ("experiment", m.experiment.clone()),
         ("run id", m.run_id.clone()),
         ("status", format!("{:?}", m.status).to_lowercase()),
-        ("spec", format!("{} (sha256 {})", m.spec_file, m.spec_sha256)),
+        (
+            "spec",
+            format!("{} (sha256 {})", m.spec_file, m.spec_sha256),
+        ),
         ("executor", m.executor.clone()),
         ("accelerator", caption::accelerator(run)),
     ];
@@ -277,10 +284,7 @@ fn raw_links(run: &RunData, base: &str) -> String {
         "qemu.log",
     ] {
         if run.dir.join(f).exists() || f == "claims.json" {
-            links.push(format!(
-                "<a href=\"{}{f}\">{f}</a>",
-                escape(base)
-            ));
+            links.push(format!("<a href=\"{}{f}\">{f}</a>", escape(base)));
         }
     }
     if run.dir.join("points").is_dir() {
@@ -290,7 +294,12 @@ fn raw_links(run: &RunData, base: &str) -> String {
 }
 
 /// The section of one run; `anchor_prefix` keeps ids unique on a joined page.
-pub fn run_section(rf: &RunFigures, link_base: &str, anchor_prefix: &str, level: u8) -> Result<String, FigureError> {
+pub fn run_section(
+    rf: &RunFigures,
+    link_base: &str,
+    anchor_prefix: &str,
+    level: u8,
+) -> Result<String, FigureError> {
     let m = &rf.run.manifest;
     let mut s = String::new();
     let _ = writeln!(

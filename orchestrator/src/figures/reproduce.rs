@@ -50,7 +50,10 @@ pub struct Summary {
 }
 
 /// The figure ids a target names.
-pub fn target_figures(target: Option<&str>, defs: &BTreeMap<String, FigureDef>) -> Result<BTreeSet<String>, FigureError> {
+pub fn target_figures(
+    target: Option<&str>,
+    defs: &BTreeMap<String, FigureDef>,
+) -> Result<BTreeSet<String>, FigureError> {
     let Some(t) = target else {
         return Ok(defs.keys().cloned().collect());
     };
@@ -107,7 +110,9 @@ pub fn select_specs(
 }
 
 fn sha_of(path: &Path) -> Option<String> {
-    std::fs::read(path).ok().map(|b| hex::encode(Sha256::digest(&b)))
+    std::fs::read(path)
+        .ok()
+        .map(|b| hex::encode(Sha256::digest(&b)))
 }
 
 /// The latest earlier run of this exact spec, with its status.
@@ -121,7 +126,9 @@ fn previous_run(results: &Path, experiment: &str, spec: &Path) -> Option<(PathBu
         .collect();
     dirs.sort();
     let dir = dirs.pop()?;
-    let status = manifest::read(&dir.join("manifest.json")).ok()?.status;
+    // No readable manifest: it stopped before its first point; resume it.
+    let status = manifest::read(&dir.join("manifest.json"))
+        .map_or(RunStatus::Interrupted, |m| m.status);
     Some((dir, status))
 }
 
@@ -231,7 +238,8 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
     let label = format!("{target}{}", if opts.quick { " --quick" } else { "" });
     let page = report::joined_page(&outcomes, &label)?;
     let report_path = out_dir.join("report.html");
-    crate::fsutil::write_atomic(&report_path, page.as_bytes()).map_err(|e| file_err(&report_path, e))?;
+    crate::fsutil::write_atomic(&report_path, page.as_bytes())
+        .map_err(|e| file_err(&report_path, e))?;
     let mut claims = Vec::new();
     for o in &outcomes {
         if let Some(r) = &o.run {
@@ -280,6 +288,25 @@ mod tests {
     }
 
     #[test]
+    fn the_latest_run_of_the_same_spec_is_found_with_its_status() {
+        let t = tempfile::tempdir().unwrap();
+        let spec = t.path().join("s.toml");
+        std::fs::write(&spec, "[experiment]\nname = \"e\"\n").unwrap();
+        let results = t.path().join("results");
+        for (id, text) in [("r1", "[experiment]\nname = \"e\"\n"), ("r2", "other spec")] {
+            let d = results.join("e").join(id);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("spec.toml"), text).unwrap();
+        }
+        // r1 has the same spec but never wrote a manifest: resume it.
+        let (dir, status) = previous_run(&results, "e", &spec).unwrap();
+        assert!(dir.ends_with("e/r1"));
+        assert_eq!(status, RunStatus::Interrupted);
+        std::fs::write(&spec, "changed").unwrap();
+        assert!(previous_run(&results, "e", &spec).is_none(), "a changed spec starts afresh");
+    }
+
+    #[test]
     fn quick_selection_takes_quick_specs_and_smoke() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut opts = Options::defaults(None, true);
@@ -293,8 +320,15 @@ mod tests {
             .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert!(names.contains(&"smoke.toml".to_string()), "{names:?}");
-        assert!(names.contains(&"fig3-baseline-quick.toml".to_string()), "{names:?}");
-        assert!(names.iter().all(|n| n == "smoke.toml" || n.ends_with("-quick.toml")));
+        assert!(
+            names.contains(&"fig3-baseline-quick.toml".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names
+                .iter()
+                .all(|n| n == "smoke.toml" || n.ends_with("-quick.toml"))
+        );
         opts.quick = false;
         let full = select_specs(&opts, &figs, &defs);
         assert!(full.iter().all(|(p, _)| !is_quick(p)));

@@ -137,9 +137,7 @@ pub fn estimate(per_rep: &[f64], single_rep_samples: Option<(&[f64], Stat)>) -> 
         (bootstrap(per_rep, median), CiMethod::Repetitions)
     } else {
         match single_rep_samples {
-            Some((raw, s)) if raw.len() >= 2 => {
-                (bootstrap(raw, |b| stat(b, s)), CiMethod::Samples)
-            }
+            Some((raw, s)) if raw.len() >= 2 => (bootstrap(raw, |b| stat(b, s)), CiMethod::Samples),
             _ => (None, CiMethod::None),
         }
     };
@@ -212,7 +210,10 @@ mod tests {
         assert_eq!(a.value, 11.0);
         assert_eq!(a.ci, CiMethod::Repetitions);
         let (lo, hi) = (a.lo.unwrap(), a.hi.unwrap());
-        assert!(lo <= 11.0 && hi >= 11.0 && lo >= 9.0 && hi <= 13.0, "{lo} {hi}");
+        assert!(
+            lo <= 11.0 && hi >= 11.0 && lo >= 9.0 && hi <= 13.0,
+            "{lo} {hi}"
+        );
         assert!(hi - lo > 0.5, "a spread-out sample gives a real interval");
     }
 

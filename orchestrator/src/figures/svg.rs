@@ -268,7 +268,10 @@ impl DrawingBackend for SvgBackend<'_> {
         );
         for (id, pen) in &line.glyphs {
             // Space and other blank glyphs need no element.
-            if font::font().and_then(|f| ab_glyph::Font::outline(f, *id)).is_none() {
+            if font::font()
+                .and_then(|f| ab_glyph::Font::outline(f, *id))
+                .is_none()
+            {
                 continue;
             }
             self.glyphs.insert(id.0);

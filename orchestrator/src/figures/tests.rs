@@ -31,10 +31,12 @@ fn point(p: u32, rep: u32, params: &[(&str, toml::Value)]) -> Point {
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect(),
-        workload: testbed_agent::workload::Workload::Fault(testbed_agent::workload::fault::FaultParams {
-            mode: testbed_agent::workload::fault::FaultMode::Error,
-            after_s: 0.0,
-        }),
+        workload: testbed_agent::workload::Workload::Fault(
+            testbed_agent::workload::fault::FaultParams {
+                mode: testbed_agent::workload::fault::FaultMode::Error,
+                after_s: 0.0,
+            },
+        ),
         seed: 7,
     }
 }
@@ -46,7 +48,10 @@ pub fn chunk(metric: &str, tags: &[(&str, &str)], values: Vec<f64>) -> SampleChu
         unit: "ns".into(),
         thread: 0,
         first_seq: 0,
-        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        tags: tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         values,
     }
 }
@@ -89,7 +94,14 @@ impl Synth {
         self
     }
 
-    pub fn ok(&mut self, p: u32, rep: u32, params: &[(&str, toml::Value)], chunks: &[SampleChunk], s: Summary) {
+    pub fn ok(
+        &mut self,
+        p: u32,
+        rep: u32,
+        params: &[(&str, toml::Value)],
+        chunks: &[SampleChunk],
+        s: Summary,
+    ) {
         let pt = point(p, rep, params);
         let b = samples::point_batch(&pt, chunks, &s).unwrap();
         let f = self.dir.join("points").join(format!("{}.parquet", pt.id()));
@@ -129,14 +141,18 @@ impl Synth {
                 "kernel".to_string(),
                 serde_json::json!({"description": "Debian linux-image-6.1 6.1.1-1", "release": "6.1.0"}),
             )]),
-            accel: Some(serde_json::json!({"used": "tcg", "requested": "auto", "reasons": ["no vmx"]})),
+            accel: Some(
+                serde_json::json!({"used": "tcg", "requested": "auto", "reasons": ["no vmx"]}),
+            ),
             timing_note: "TCG: timings are shape-only".into(),
             qemu_argv: vec!["qemu-system-x86_64".into()],
             host: serde_json::json!({"cpu_model": "test cpu", "cpus": 2}),
             guest: None,
             boots: Vec::new(),
             boot_to_agent_ms: Vec::new(),
-            devices: vec![serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M", "logical_block_size": 512, "backend": "file"}})],
+            devices: vec![
+                serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M", "logical_block_size": 512, "backend": "file"}}),
+            ],
             seed: 42,
             points: self.records,
             started_at: "2026-01-01T00:00:00Z".into(),
@@ -318,7 +334,9 @@ fn lookups_run(t: &Path) -> PathBuf {
         for rep in 0..3u32 {
             let jitter = f64::from(rep) - 1.0;
             let read = 100.0 / d as f64 + jitter;
-            let lat: Vec<f64> = (0..20).map(|i| 10_000.0 * d as f64 + f64::from(i)).collect();
+            let lat: Vec<f64> = (0..20)
+                .map(|i| 10_000.0 * d as f64 + f64::from(i))
+                .collect();
             s.ok(
                 (d - 1) as u32,
                 rep,
@@ -343,7 +361,11 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
     let t = tempfile::tempdir().unwrap();
     let run = lookups_run(t.path());
     let rf = compute(&run, &defs(t.path())).unwrap();
-    assert_eq!(rf.unknown, ["no-such-figure"], "unknown ids are reported, not fatal");
+    assert_eq!(
+        rf.unknown,
+        ["no-such-figure"],
+        "unknown ids are reported, not fatal"
+    );
     let claims = &rf.figures[0].claims;
     let verdict = |id: &str| {
         let c = claims.iter().find(|c| c.id == id).unwrap();
@@ -392,13 +414,23 @@ fn medians_and_intervals_are_over_repetitions() {
     // Repetitions 99, 100, 101: median 100, interval within [99, 101].
     assert_eq!((p1.est.value, p1.est.n), (100.0, 3));
     let (lo, hi) = (p1.est.lo.unwrap(), p1.est.hi.unwrap());
-    assert!((99.0..100.0).contains(&lo) && (100.0..=101.0).contains(&hi), "{lo} {hi}");
-    assert_eq!(tput.absent, ["nvme-hook"], "expected series without data are listed");
+    assert!(
+        (99.0..100.0).contains(&lo) && (100.0..=101.0).contains(&hi),
+        "{lo} {hi}"
+    );
+    assert_eq!(
+        tput.absent,
+        ["nvme-hook"],
+        "expected series without data are listed"
+    );
     // The ratio panel pairs engines per repetition: exactly 1.02.
     let (_, speedup) = &rf.figures[0].panels[1];
     let io = speedup.series("io-uring").unwrap();
     assert!(io.points.iter().all(|p| (p.est.value - 1.02).abs() < 1e-9));
-    assert!(speedup.series("nvme-hook").is_none(), "an absent engine is no series, not zeros");
+    assert!(
+        speedup.series("nvme-hook").is_none(),
+        "an absent engine is no series, not zeros"
+    );
     assert!(speedup.absent.contains(&"nvme-hook".to_string()));
     // Raw samples: the mean of each repetition, scaled ns → µs.
     let (_, lat) = &rf.figures[0].panels[2];
@@ -418,7 +450,10 @@ fn redrawing_gives_identical_bytes_even_from_a_copied_run_directory() {
     assert_eq!(png1, render_png(&a.figures[0]).unwrap());
     assert!(png1.starts_with(b"\x89PNG"));
     assert!(svg1.contains("aria-label=\"depth\""), "axis label present");
-    assert!(svg1.contains("paper read"), "paper values are in the legend");
+    assert!(
+        svg1.contains("paper read"),
+        "paper values are in the legend"
+    );
 
     let copy = t.path().join("elsewhere/run-copy");
     std::fs::create_dir_all(copy.join("points")).unwrap();
@@ -439,7 +474,11 @@ fn a_failed_point_is_a_gap_listed_under_the_figure_not_a_zero() {
             (d - 1) as u32,
             0,
             &[("depth", int(d))],
-            &[chunk("lookup_latency", &[("engine", "read")], vec![1.0, 2.0])],
+            &[chunk(
+                "lookup_latency",
+                &[("engine", "read")],
+                vec![1.0, 2.0],
+            )],
             summary(&[("lookups_per_s", 100.0 / d as f64)]),
         );
     }
@@ -459,9 +498,10 @@ fn a_failed_point_is_a_gap_listed_under_the_figure_not_a_zero() {
     assert_eq!(segs.len(), 1, "the line breaks at depth 3: {segs:?}");
     assert_eq!(segs[0].len(), 2);
     assert!(
-        fig.notes
-            .iter()
-            .any(|n| n.contains("p0002-r00") && n.contains("depth=3") && n.contains("guest panic: boom") && !n.contains("more lines")),
+        fig.notes.iter().any(|n| n.contains("p0002-r00")
+            && n.contains("depth=3")
+            && n.contains("guest panic: boom")
+            && !n.contains("more lines")),
         "{:?}",
         fig.notes
     );
@@ -487,7 +527,10 @@ fn damaged_run_files_give_errors_naming_the_file() {
 
     std::fs::remove_file(&samples).unwrap();
     let e = compute(&run, &defs).err().unwrap().to_string();
-    assert!(e.contains("samples.parquet") && e.contains("missing"), "missing: {e}");
+    assert!(
+        e.contains("samples.parquet") && e.contains("missing"),
+        "missing: {e}"
+    );
 
     std::fs::write(run.join("manifest.json"), b"{ not json").unwrap();
     let e = compute(&run, &defs).err().unwrap().to_string();
@@ -509,7 +552,11 @@ fn plot_check_and_report_write_their_files() {
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("claims.json")).unwrap()).unwrap();
     assert_eq!(doc["claims"][0]["verdict"], "holds");
-    assert!(doc["claims"][0]["values"].as_array().is_some_and(|v| !v.is_empty()));
+    assert!(
+        doc["claims"][0]["values"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty())
+    );
     let html_path = super::report_run(&run, &d).unwrap();
     let html = std::fs::read_to_string(html_path).unwrap();
     assert!(html.contains("<figure id=\"fig-t-lookups\""));
@@ -517,13 +564,17 @@ fn plot_check_and_report_write_their_files() {
     assert!(html.contains("not measurable here") && html.contains("does not hold"));
     assert!(html.contains("accelerator") && html.contains("TCG"));
     assert!(html.contains("href=\"samples.parquet\""));
-    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "no external resources");
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "no external resources"
+    );
 }
 
 #[test]
 fn filters_use_workload_fields_when_the_axis_was_not_swept() {
     let t = tempfile::tempdir().unwrap();
-    let mut s = Synth::new(&t.path().join("run")).workload(serde_json::json!({"kind": "btree", "batch": 1}));
+    let mut s = Synth::new(&t.path().join("run"))
+        .workload(serde_json::json!({"kind": "btree", "batch": 1}));
     for d in [1i64, 2] {
         s.ok(
             (d - 1) as u32,
@@ -548,7 +599,10 @@ fn filters_use_workload_fields_when_the_axis_was_not_swept() {
         std::fs::write(d.join("t-batch.toml"), text).unwrap();
         let rf = compute(&run, &def::load_all(&d).unwrap()).unwrap();
         let (_, p) = &rf.figures[0].panels[0];
-        (p.series.iter().map(|s| s.points.len()).sum::<usize>(), p.notes.clone())
+        (
+            p.series.iter().map(|s| s.points.len()).sum::<usize>(),
+            p.notes.clone(),
+        )
     };
     assert_eq!(points(def(1, "param.batch")).0, 2);
     assert_eq!(points(def(2, "param.batch")).0, 0);

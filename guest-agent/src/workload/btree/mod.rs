@@ -9,14 +9,20 @@
 pub mod build;
 pub mod cpu;
 pub mod descriptor;
+pub mod engine_hook;
+pub mod engine_hook_uring;
 pub mod engine_read;
 pub mod engine_uring;
+pub mod hook_report;
+pub mod kernel_log;
 pub mod layout;
 pub mod lookup;
+pub mod nvme_admin;
 pub mod params;
 pub mod recorder;
 pub mod report;
 pub mod runner;
+pub mod safety;
 pub mod synthetic;
 
 pub use params::{BtreeParams, BuildPolicy, Engine, Mode};
@@ -53,6 +59,12 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         summary.insert("build_s".into(), b.seconds.into());
         summary.insert("tree_bytes".into(), t.layout.total_bytes.into());
         summary.insert("keys".into(), t.layout.keys.into());
+        if p.mode == Mode::HookSafety {
+            let cases = safety::run(&path, t, resolved.target_size)?;
+            safety::summarise(&cases, &mut summary);
+            kernel_log::check(&mut summary);
+            return Ok(summary);
+        }
     }
 
     let engines = p.engine_list();
@@ -85,6 +97,9 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
             .as_ref()
             .map(|f| f as &(dyn Fn() -> Result<fio::FioReport, WorkloadError> + Sync)),
     };
+    if p.cross_check_lookups > 0 {
+        hook_report::cross_check(&cfg, p.cross_check_lookups, &mut summary)?;
+    }
     let (proc0, guest0) = (process_cpu(), GuestCpu::read());
     let outcomes = run_threads(&cfg)?;
     let proc_cpu = process_cpu().since(proc0);
@@ -103,6 +118,13 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         };
         let n = report::summarise_engine(prefix, e, plan, &outcomes, walls[e], &mut summary);
         numbers.insert(*engine, n);
+        if engine.is_hook() {
+            hook_report::put_kernel_hops(prefix, e, &outcomes, &mut summary);
+        }
+    }
+    hook_report::put_speedups(&engines, &mut summary);
+    if engines.iter().any(|e| e.is_hook()) {
+        kernel_log::check(&mut summary);
     }
     put_job_keys(p, plan, &engines, &mut summary);
     summary.insert("process_cpu_user_s".into(), proc_cpu.user_s.into());

@@ -22,6 +22,14 @@ pub enum Engine {
     /// One io_uring per thread, `batch` lookups in flight.
     #[serde(alias = "io_uring")]
     IoUring,
+    /// chained_read(2) per lookup; the kernel re-issues from the syscall layer.
+    SyscallHook,
+    /// chained_read(2) per lookup; re-issued from the NVMe completion handler.
+    NvmeHook,
+    /// IORING_OP_CHAINED_READ, syscall-layer re-issue (run by io-wq).
+    SyscallHookUring,
+    /// IORING_OP_CHAINED_READ, NVMe-completion re-issue, `batch` in flight.
+    NvmeHookUring,
 }
 
 impl Engine {
@@ -30,7 +38,24 @@ impl Engine {
         match self {
             Engine::Read => "read",
             Engine::IoUring => "io-uring",
+            Engine::SyscallHook => "syscall-hook",
+            Engine::NvmeHook => "nvme-hook",
+            Engine::SyscallHookUring => "syscall-hook-uring",
+            Engine::NvmeHookUring => "nvme-hook-uring",
         }
+    }
+
+    /// A storage-hook engine: needs the vm-hooks kernel and its BPF programs.
+    pub fn is_hook(self) -> bool {
+        !matches!(self, Engine::Read | Engine::IoUring)
+    }
+
+    /// Keeps `batch` lookups in flight on an io_uring.
+    pub fn uses_ring(self) -> bool {
+        matches!(
+            self,
+            Engine::IoUring | Engine::SyscallHookUring | Engine::NvmeHookUring
+        )
     }
 }
 
@@ -42,6 +67,8 @@ pub enum Mode {
     Tree,
     /// HotOS chains: `depth` dependent reads at seeded random offsets, no data.
     Synthetic,
+    /// Builds the tree, then tries to break the storage hooks (no lookups).
+    HookSafety,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +143,10 @@ pub struct BtreeParams {
     /// fio runs in this many segments spread between the lookup blocks.
     #[serde(default = "default_fio_rounds")]
     pub fio_rounds: u32,
+    /// Before measuring, every engine looks up the same keys (one seed for
+    /// all engines), each value verified against its key.
+    #[serde(default)]
+    pub cross_check_lookups: u64,
 }
 
 fn default_depth() -> u32 {
@@ -194,7 +225,6 @@ impl BtreeParams {
         for (field, set) in [
             ("registered_buffers", self.registered_buffers),
             ("sqpoll", self.sqpoll),
-            ("batch", self.batch > 1),
         ] {
             if set && !uring {
                 return Err(ParamError::new(
@@ -202,6 +232,23 @@ impl BtreeParams {
                     "applies to the io-uring engine only, which this job does not run",
                 ));
             }
+        }
+        if self.batch > 1 && !list.iter().any(|e| e.uses_ring()) {
+            return Err(ParamError::new(
+                "batch",
+                "applies to the io_uring engines only (io-uring, *-hook-uring), which this job does not run",
+            ));
+        }
+        // The BPF node parser reads BPF-KV's 512 B nodes.
+        if list.iter().any(|e| e.is_hook()) && self.mode != Mode::Synthetic && self.node_size != 512
+        {
+            return Err(ParamError::new(
+                "node_size",
+                format!(
+                    "{} with a hook engine: the BPF node parser reads 512-byte nodes",
+                    self.node_size
+                ),
+            ));
         }
         if self.compare_with_fio && !list.contains(&Engine::Read) {
             return Err(ParamError::new(
@@ -300,7 +347,7 @@ impl BtreeParams {
         let target_size = self.target_size(dev);
         let plan = match self.mode {
             Mode::Synthetic => Plan::Synthetic(self.chain(target_size)?),
-            Mode::Tree => Plan::Tree(TreePlan {
+            Mode::Tree | Mode::HookSafety => Plan::Tree(TreePlan {
                 layout: self.layout(target_size)?,
                 tree_seed: self.tree_seed,
                 value_read: lbs as usize,

@@ -13,6 +13,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::cpu::{CpuTimes, thread_cpu};
+use super::engine_hook::{HookEngine, HookMode};
+use super::engine_hook_uring::HookUringEngine;
 use super::engine_read::ReadEngine;
 use super::engine_uring::{UringEngine, UringOptions};
 use super::lookup::Plan;
@@ -95,6 +97,8 @@ pub struct RunConfig<'a> {
 pub struct EngineTally {
     pub rec: Recorder,
     pub cpu: CpuTimes,
+    /// Reads the kernel did for measured lookups (hook engines; 0 otherwise).
+    pub kernel_hops: u64,
 }
 
 pub struct ThreadOutcome {
@@ -105,23 +109,47 @@ pub struct ThreadOutcome {
     pub peer_reports: Vec<FioReport>,
 }
 
-enum Instance {
+pub(super) enum Instance {
     Read(ReadEngine),
     // Boxed: a ring is much larger than a read engine.
     Uring(Box<UringEngine>),
+    Hook(HookEngine),
+    HookUring(Box<HookUringEngine>),
 }
 
 impl Instance {
-    fn open(engine: Engine, cfg: &RunConfig) -> Result<Self, WorkloadError> {
+    pub(super) fn open(engine: Engine, cfg: &RunConfig) -> Result<Self, WorkloadError> {
+        let (path, plan, batch) = (cfg.path, cfg.plan, cfg.uring.batch);
         Ok(match engine {
-            Engine::Read => Instance::Read(ReadEngine::open(cfg.path, cfg.plan)?),
-            Engine::IoUring => {
-                Instance::Uring(Box::new(UringEngine::open(cfg.path, cfg.plan, cfg.uring)?))
-            }
+            Engine::Read => Instance::Read(ReadEngine::open(path, plan)?),
+            Engine::IoUring => Instance::Uring(Box::new(UringEngine::open(path, plan, cfg.uring)?)),
+            Engine::SyscallHook => Instance::Hook(HookEngine::open(path, plan, HookMode::Syscall)?),
+            Engine::NvmeHook => Instance::Hook(HookEngine::open(path, plan, HookMode::Nvme)?),
+            Engine::SyscallHookUring => Instance::HookUring(Box::new(HookUringEngine::open(
+                path,
+                plan,
+                HookMode::Syscall,
+                batch,
+            )?)),
+            Engine::NvmeHookUring => Instance::HookUring(Box::new(HookUringEngine::open(
+                path,
+                plan,
+                HookMode::Nvme,
+                batch,
+            )?)),
         })
     }
 
-    fn run(
+    /// Reads done in the kernel since the last call (hook engines).
+    pub(super) fn take_kernel_hops(&mut self) -> u64 {
+        match self {
+            Instance::Hook(e) => e.take_kernel_hops(),
+            Instance::HookUring(e) => e.take_kernel_hops(),
+            Instance::Read(_) | Instance::Uring(_) => 0,
+        }
+    }
+
+    pub(super) fn run(
         &mut self,
         plan: &Plan,
         rng: &mut ChaCha8Rng,
@@ -131,6 +159,8 @@ impl Instance {
         match self {
             Instance::Read(e) => e.run(plan, rng, n, rec),
             Instance::Uring(e) => e.run(plan, rng, n, rec),
+            Instance::Hook(e) => e.run(plan, rng, n, rec),
+            Instance::HookUring(e) => e.run(plan, rng, n, rec),
         }
     }
 }
@@ -180,6 +210,7 @@ fn thread_main(
                 tallies.push(EngineTally {
                     rec,
                     cpu: CpuTimes::default(),
+                    kernel_hops: 0,
                 });
                 instances.push(inst);
             }
@@ -204,11 +235,14 @@ fn thread_main(
                 let r = inst.run(cfg.plan, &mut rng, lookups, &mut tally.rec);
                 spans[i] = Some((t0, Instant::now()));
                 tally.cpu.add(thread_cpu().since(cpu0));
+                tally.kernel_hops += inst.take_kernel_hops();
                 r
             }
             Block::Warmup { engine, lookups } => {
                 Recorder::new(hops, u64::MAX).and_then(|mut scratch| {
-                    instances[engine].run(cfg.plan, &mut rng, lookups, &mut scratch)
+                    let r = instances[engine].run(cfg.plan, &mut rng, lookups, &mut scratch);
+                    instances[engine].take_kernel_hops();
+                    r
                 })
             }
             Block::Peer => match (t, cfg.peer) {

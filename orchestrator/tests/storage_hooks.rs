@@ -1,0 +1,335 @@
+//! The storage hooks end to end: builds the patched kernels through the CLI
+//! (`testbed kernel build vm-hooks`, cached by content hash, so a warm run
+//! skips it), boots them under TCG (KVM where it works) and runs the hook
+//! specs of experiments/bpf-storage/. Ignored by default (cold kernel
+//! builds take ~20 min each on 2 cores; `./x test` includes ignored tests):
+//! `cargo test -p testbed --test storage_hooks -- --ignored --nocapture`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// One VM (or kernel build) at a time: two cores cannot host more.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn testbed(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_testbed"))
+        .args(args)
+        .output()
+        .expect("testbed runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn spec(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../experiments/bpf-storage")
+        .join(name)
+}
+
+/// Builds (or finds cached) kernel `name`; returns its cache directory.
+fn kernel(name: &str) -> PathBuf {
+    let o = testbed(&["kernel", "build", name]);
+    assert!(o.status.success(), "kernel build {name}: {}", text(&o));
+    let cache = std::env::var_os("TESTBED_CACHE").map_or_else(
+        || Path::new(&std::env::var("HOME").unwrap()).join(".cache/testbed"),
+        PathBuf::from,
+    );
+    // The newest cache entry of that name.
+    let mut dirs: Vec<(u64, PathBuf)> = std::fs::read_dir(cache.join("kernels"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let meta: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(e.path().join("meta.json")).ok()?)
+                    .ok()?;
+            (meta["name"] == name).then(|| (meta["created_unix"].as_u64().unwrap_or(0), e.path()))
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop().expect("a cache entry for the kernel").1
+}
+
+struct Run {
+    dir: PathBuf,
+    manifest: serde_json::Value,
+    _tmp: tempfile::TempDir,
+}
+
+impl Run {
+    fn points(&self) -> Vec<&serde_json::Value> {
+        self.manifest["points"].as_array().unwrap().iter().collect()
+    }
+    fn console(&self) -> String {
+        std::fs::read_to_string(self.dir.join("console.log")).unwrap()
+    }
+}
+
+fn run_spec(name: &str) -> Run {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let o = testbed(&[
+        "run",
+        spec(name).to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{name}: {}", text(&o));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["status"], "complete", "{name}: {}", text(&o));
+    for p in manifest["points"].as_array().unwrap() {
+        assert_eq!(p["ok"], true, "{name}: point failed: {}", p["error"]);
+    }
+    Run {
+        dir,
+        manifest,
+        _tmp: tmp,
+    }
+}
+
+fn num(p: &serde_json::Value, key: &str) -> f64 {
+    p["summary"][key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {key} in {}", p["summary"]))
+}
+
+fn accel_note(run: &Run) -> String {
+    format!(
+        "accelerator {}: {}",
+        run.manifest["accel"]["used"].as_str().unwrap_or("?"),
+        run.manifest["timing_note"].as_str().unwrap_or("")
+    )
+}
+
+/// Rows of each engine in samples.parquet, read by pyarrow (independent).
+fn samples_per_engine(run: &Run, metric: &str) -> BTreeMap<String, u64> {
+    let py = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import pyarrow.parquet as pq, pyarrow.compute as pc, collections\n\
+             t = pq.read_table('{}')\n\
+             r = t.filter(pc.equal(t['metric'], '{metric}'))\n\
+             c = collections.Counter(r['tag.engine'].to_pylist())\n\
+             print(' '.join(f'{{k}}={{v}}' for k, v in sorted(c.items())))",
+            run.dir.join("samples.parquet").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(py.status.success(), "pyarrow: {}", text(&py));
+    String::from_utf8_lossy(&py.stdout)
+        .split_whitespace()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "builds the vm-hooks kernel (~20 min cold) and boots it"]
+fn kernel_abi_matches_the_agent() {
+    let _g = serial();
+    let dir = kernel("vm-hooks");
+    let t = tempfile::tempdir().unwrap();
+    let c = t.path().join("abi.c");
+    std::fs::write(
+        &c,
+        "#include <stdio.h>\n#include <linux/bpf.h>\n#include <linux/io_uring.h>\n\
+         #include <linux/chained_read.h>\n#include <asm/unistd.h>\n\
+         int main(void) { printf(\"%d %d %d %d %zu\\n\", __NR_chained_read, \
+         (int)IORING_OP_CHAINED_READ, (int)BPF_PROG_TYPE_STORAGE_CHAIN, \
+         CHAINED_READ_MAX_HOPS, sizeof(struct chained_read_args)); return 0; }\n",
+    )
+    .unwrap();
+    let exe = t.path().join("abi");
+    let cc = Command::new("cc")
+        .arg("-I")
+        .arg(dir.join("headers/include"))
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", text(&cc));
+    let out = Command::new(&exe).output().unwrap();
+    use testbed_agent::bpf::abi;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!(
+            "{} {} {} {} {}",
+            abi::SYS_CHAINED_READ,
+            abi::IORING_OP_CHAINED_READ,
+            abi::BPF_PROG_TYPE_STORAGE_CHAIN,
+            abi::CHAINED_READ_MAX_HOPS,
+            std::mem::size_of::<abi::ChainArgs>()
+        )
+    );
+    // A second build is a cache hit.
+    let again = testbed(&["kernel", "build", "vm-hooks"]);
+    assert!(again.status.success(), "{}", text(&again));
+}
+
+#[test]
+#[ignore = "boots the vm-hooks kernel"]
+fn all_engines_return_the_same_verified_values_at_every_depth() {
+    let _g = serial();
+    kernel("vm-hooks");
+    let run = run_spec("hooks-quick.toml");
+    let engines = [
+        "read",
+        "io-uring",
+        "syscall-hook",
+        "nvme-hook",
+        "syscall-hook-uring",
+        "nvme-hook-uring",
+    ];
+    let points = run.points();
+    assert_eq!(points.len(), 10);
+    for p in &points {
+        let depth = p["params"]["depth"].as_u64().unwrap();
+        let cross = num(p, "cross_check.lookups");
+        for e in engines {
+            // Same keys (one seed), every value verified against its key.
+            assert_eq!(num(p, &format!("cross_check.{e}.verified")), cross, "{e} d{depth}");
+            assert_eq!(num(p, &format!("{e}.verified_lookups")), 60.0, "{e} d{depth}");
+        }
+        for e in engines.iter().filter(|e| e.contains("hook")) {
+            // The kernel did every read: d nodes plus the value's block.
+            assert_eq!(
+                num(p, &format!("{e}.kernel_hops_per_lookup")),
+                (depth + 1) as f64,
+                "{e} d{depth}"
+            );
+        }
+        assert_eq!(p["summary"]["kernel.splats"], 0, "{}", p["summary"]);
+    }
+    let counts = samples_per_engine(&run, "lookup_latency");
+    for e in engines {
+        assert_eq!(counts.get(e), Some(&600), "{e}: {counts:?}");
+    }
+}
+
+#[test]
+#[ignore = "boots the vm-hooks kernel"]
+fn every_break_it_case_holds_in_the_vm() {
+    let _g = serial();
+    kernel("vm-hooks");
+    let run = run_spec("hooks-safety.toml");
+    let p = run.points()[0];
+    let s = p["summary"].as_object().unwrap();
+    let mut failed = Vec::new();
+    for (k, v) in s {
+        if let Some(case) = k.strip_prefix("safety.").filter(|c| !c.ends_with(".detail")) {
+            let detail = &s[&format!("{k}.detail")];
+            eprintln!("{v:>5}  {case}: {}", detail.as_str().unwrap_or(""));
+            if v != "pass" {
+                failed.push(case.to_string());
+            }
+        }
+    }
+    assert!(num(p, "safety_cases") >= 30.0, "{}", p["summary"]);
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    assert_eq!(p["summary"]["safety_all_passed"], true);
+    assert_eq!(p["summary"]["kernel.splats"], 0);
+}
+
+#[test]
+#[ignore = "boots the vm-hooks kernel"]
+fn nvme_hook_beats_read_at_depth_and_the_run_says_how_far_to_trust_it() {
+    let _g = serial();
+    kernel("vm-hooks");
+    let run = run_spec("hooks-speedup-quick.toml");
+    let note = accel_note(&run);
+    eprintln!("{note}; engines interleaved in one boot");
+    if run.manifest["accel"]["used"] == "tcg" {
+        eprintln!("TCG: the ratios below are shape-only");
+    }
+    eprintln!("depth  read_us  syscall_us  nvme_us  syscall_x  nvme_x");
+    let mut by_depth = BTreeMap::new();
+    for p in run.points() {
+        let d = p["params"]["depth"].as_u64().unwrap();
+        let us = |e: &str| num(p, &format!("{e}.lookup_latency_mean_ns")) / 1000.0;
+        let nvme = num(p, "speedup.nvme-hook.latency");
+        eprintln!(
+            "{d:>5}  {:>7.0}  {:>10.0}  {:>7.0}  {:>9.2}  {:>6.2}",
+            us("read"),
+            us("syscall-hook"),
+            us("nvme-hook"),
+            num(p, "speedup.syscall-hook.latency"),
+            nvme
+        );
+        by_depth.insert(d, nvme);
+    }
+    // Re-issuing from the completion path saves a crossing per hop, so the
+    // gain grows with depth; the syscall layer alone saves little.
+    assert!(by_depth[&10] > by_depth[&1], "{by_depth:?}");
+    assert!(by_depth[&10] >= 1.2, "nvme-hook at depth 10: {by_depth:?}");
+}
+
+#[test]
+#[ignore = "boots the vm-hooks kernel"]
+fn quick_fig3_sweeps_write_samples_for_every_engine() {
+    let _g = serial();
+    kernel("vm-hooks");
+    for (name, engines, points) in [
+        (
+            "fig3abc-hooks-quick.toml",
+            &["read", "syscall-hook", "nvme-hook"][..],
+            12,
+        ),
+        ("fig3d-hooks-quick.toml", &["io-uring", "nvme-hook-uring"][..], 12),
+    ] {
+        let run = run_spec(name);
+        assert_eq!(run.points().len(), points, "{name}");
+        let counts = samples_per_engine(&run, "lookup_latency");
+        for e in engines {
+            assert!(counts.get(*e).copied().unwrap_or(0) > 0, "{name} {e}: {counts:?}");
+        }
+        for p in run.points() {
+            for e in engines.iter().filter(|e| e.contains("hook")) {
+                assert_eq!(
+                    num(p, &format!("{e}.kernel_hops_per_lookup")),
+                    p["params"]["depth"].as_f64().unwrap(),
+                    "{name} {e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "builds the vm-hooks-debug kernel (~25 min cold) and boots it"]
+fn lockdep_kernel_runs_the_quick_sweep_without_a_report() {
+    let _g = serial();
+    let dir = kernel("vm-hooks-debug");
+    let config = std::fs::read_to_string(dir.join("config")).unwrap();
+    assert!(config.lines().any(|l| l == "CONFIG_PROVE_LOCKING=y"));
+    let run = run_spec("hooks-debug-quick.toml");
+    for p in run.points() {
+        assert_eq!(p["summary"]["kernel.lockdep"], "on", "{}", p["summary"]);
+        assert_eq!(p["summary"]["kernel.debug_locks"], 1, "{}", p["summary"]);
+        assert_eq!(p["summary"]["kernel.splats"], 0, "{}", p["summary"]);
+    }
+    // The console, independently of the agent.
+    let console = run.console();
+    let markers = testbed_agent::workload::btree::kernel_log::SPLAT_MARKERS;
+    let splats: Vec<&str> = console
+        .lines()
+        .filter(|l| markers.iter().any(|m| l.contains(m)))
+        .collect();
+    assert!(splats.is_empty(), "kernel reports in console.log: {splats:#?}");
+    assert!(console.contains("testbed-agent"), "console log is empty?");
+}
