@@ -219,7 +219,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Check { run, figures } => {
             let (claims, unknown) = figures::check_run(&run, &figure_defs(figures))?;
-            print!("{}", figures::claims::table(&claims));
+            let rows: Vec<(&str, &figures::ClaimResult)> = claims.iter().map(|c| ("", c)).collect();
+            print!("{}", figures::claims::table(&rows));
             println!("claims in {}", run.join("claims.json").display());
             report_unknown(&unknown);
             Ok(ExitCode::SUCCESS)
@@ -298,8 +299,12 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
             (None, e) => println!("{:<48} NOT RUN: {}", o.spec, e.as_deref().unwrap_or("?")),
         }
     }
-    let claims: Vec<figures::ClaimResult> = summary.claims.iter().map(|(_, c)| c.clone()).collect();
-    print!("{}", figures::claims::table(&claims));
+    let rows: Vec<(&str, &figures::ClaimResult)> = summary
+        .claims
+        .iter()
+        .map(|(run, c)| (run.as_str(), c))
+        .collect();
+    print!("{}", figures::claims::table(&rows));
     println!("report: {}", summary.report.display());
     let failed = summary.outcomes.iter().any(|o| o.run.is_none());
     Ok(if failed {

@@ -247,6 +247,11 @@ impl Ctx<'_> {
 fn missing(data: &PanelData, key: &str) -> String {
     if data.absent.iter().any(|a| a == key) {
         format!("series {key} has no data in this run (not implemented or not run)")
+    } else if !data.absent.is_empty() {
+        format!(
+            "series {key} has no data in this run (absent: {})",
+            data.absent.join(", ")
+        )
     } else {
         format!("series {key} has no data in this run")
     }
@@ -419,29 +424,45 @@ pub fn evaluate(def: &FigureDef, panels: &[(String, PanelData)]) -> Vec<ClaimRes
         .collect()
 }
 
-/// A plain-text table for the terminal.
-pub fn table(results: &[ClaimResult]) -> String {
-    let mut s = String::new();
-    let w = results
-        .iter()
-        .map(|r| r.figure.chars().count())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    s.push_str(&format!("{:<19} {:<w$} claim\n", "verdict", "figure"));
-    for r in results {
+/// A plain-text table for the terminal; rows are (run label, claim), and
+/// the run column shows only when some label is non-empty.
+pub fn table(rows: &[(&str, &ClaimResult)]) -> String {
+    let width = |f: &dyn Fn(&(&str, &ClaimResult)) -> usize| rows.iter().map(f).max().unwrap_or(0);
+    let wr = width(&|r| r.0.chars().count());
+    let wf = width(&|r| r.1.figure.chars().count()).max(6);
+    let run_col = |label: &str| {
+        if wr == 0 {
+            String::new()
+        } else {
+            format!("{label:<wr$} ")
+        }
+    };
+    let mut s = format!(
+        "{:<19} {}{:<wf$} claim\n",
+        "verdict",
+        run_col("run"),
+        "figure"
+    );
+    for (run, r) in rows {
         s.push_str(&format!(
-            "{:<19} {:<w$} {}\n",
+            "{:<19} {}{:<wf$} {}\n",
             r.verdict.text(),
+            run_col(run),
             r.figure,
             r.text
         ));
-        s.push_str(&format!("{:<19} {:<w$}   {}\n", "", "", r.numbers));
+        s.push_str(&format!(
+            "{:<19} {}{:<wf$}   {}\n",
+            "",
+            run_col(""),
+            "",
+            r.numbers
+        ));
     }
-    let count = |v: Verdict| results.iter().filter(|r| r.verdict == v).count();
+    let count = |v: Verdict| rows.iter().filter(|r| r.1.verdict == v).count();
     s.push_str(&format!(
         "{} claims: {} hold, {} do not hold, {} not measurable here\n",
-        results.len(),
+        rows.len(),
         count(Verdict::Holds),
         count(Verdict::DoesNotHold),
         count(Verdict::NotMeasurable)

@@ -315,8 +315,10 @@ pub fn select(run: &RunData, panel: &Panel) -> Result<Selected, FigureError> {
         // tag value of its point's raw samples.
         let tag_value: Option<String> = tags.as_ref().and_then(|t| {
             if m != y.metric {
-                let prefix = &m[..m.len() - y.metric.len() - 1];
-                (!prefix.contains('.')).then(|| prefix.to_string())
+                m.strip_suffix(y.metric.as_str())
+                    .and_then(|p| p.strip_suffix('.'))
+                    .filter(|p| !p.contains('.'))
+                    .map(str::to_string)
             } else {
                 t.get(&key)
                     .filter(|s| s.len() == 1)

@@ -15,7 +15,8 @@ use super::font::{self, FAMILY};
 pub const PANEL_W: u32 = 640;
 pub const PANEL_H: u32 = 440;
 const MARGIN: u32 = 16;
-const TITLE_H: u32 = 44;
+const TITLE_SIZE: f64 = 20.0;
+const TITLE_LINE: u32 = 26;
 const CAPTION_SIZE: f64 = 13.0;
 const CAPTION_LINE: u32 = 18;
 
@@ -75,13 +76,21 @@ fn caption_lines(view: &View<'_>, width: u32) -> Vec<String> {
         .collect()
 }
 
+fn title_lines(view: &View<'_>, width: u32) -> Vec<String> {
+    wrap(&view.title, TITLE_SIZE, width - 2 * MARGIN)
+}
+
+fn title_height(view: &View<'_>, width: u32) -> u32 {
+    14 + title_lines(view, width).len() as u32 * TITLE_LINE + 4
+}
+
 /// Pixel size of the figure.
 pub fn size(view: &View<'_>) -> (u32, u32) {
     let cols = columns(view.panels.len());
     let rows = (view.panels.len() as u32).div_ceil(cols).max(1);
     let w = cols * PANEL_W + 2 * MARGIN;
     let caption = caption_lines(view, w).len() as u32 * CAPTION_LINE + 2 * MARGIN;
-    (w, TITLE_H + rows * PANEL_H + caption)
+    (w, title_height(view, w) + rows * PANEL_H + caption)
 }
 
 fn err<E: std::fmt::Display>(e: E) -> String {
@@ -94,15 +103,17 @@ pub fn draw<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let (w, _) = size(view);
     root.fill(&WHITE).map_err(err)?;
-    root.draw(&Text::new(
-        view.title.clone(),
-        (MARGIN as i32, 14),
-        (FAMILY, 20).into_font().color(&BLACK),
-    ))
-    .map_err(err)?;
+    for (i, line) in title_lines(view, w).into_iter().enumerate() {
+        root.draw(&Text::new(
+            line,
+            (MARGIN as i32, 14 + (i as u32 * TITLE_LINE) as i32),
+            (FAMILY, TITLE_SIZE).into_font().color(&BLACK),
+        ))
+        .map_err(err)?;
+    }
     let cols = columns(view.panels.len());
     let rows = (view.panels.len() as u32).div_ceil(cols).max(1);
-    let (_, rest) = root.split_vertically(TITLE_H);
+    let (_, rest) = root.split_vertically(title_height(view, w));
     let (plots, cap) = rest.split_vertically(rows * PANEL_H);
     let cells = plots
         .margin(0, 0, MARGIN, MARGIN)
@@ -233,13 +244,14 @@ fn ranges(panel: &Panel, data: &PanelData) -> Ranges {
         Some((min(&xs) / 1.4, max(&xs) * 1.4))
     } else {
         let (a, b) = (min(&xs), max(&xs));
-        let pad = if b > a { (b - a) * 0.06 } else { 0.5 };
+        // A single x gets room for side-by-side series and the legend.
+        let pad = if b > a { (b - a) * 0.06 } else { 1.0 };
         Some((a - pad, b + pad))
     };
     let y = if ys.is_empty() {
         if panel.y.log { (1.0, 10.0) } else { (0.0, 1.0) }
     } else if panel.y.log {
-        (min(&ys) / 1.6, max(&ys) * 2.0)
+        (min(&ys) / 2.5, max(&ys) * 2.5)
     } else {
         let (a, b) = (min(&ys).min(0.0), max(&ys));
         let top = if b > a { b + (b - a) * 0.22 } else { a + 1.0 };
@@ -324,6 +336,30 @@ pub(crate) fn segments(s: &Series, data: &PanelData) -> Vec<Vec<(f64, f64)>> {
     out
 }
 
+/// Side-by-side offsets of series (and their paper values) where points
+/// would sit on top of each other: categorical axes, or a single x.
+fn dodge(panel: &Panel, data: &PanelData, keys: &[String]) -> impl Fn(&str) -> f64 {
+    let mut xs: Vec<f64> = data
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.x.pos()))
+        .collect();
+    xs.extend(panel.reference.iter().flat_map(|r| {
+        r.x.iter()
+            .filter_map(|v| ref_x(v, data.categories.as_ref()))
+    }));
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let on = !panel.x.log && (data.categories.is_some() || xs.len() == 1) && keys.len() > 1;
+    let n = keys.len() as f64;
+    let step = (0.6 / n).min(0.15);
+    let keys = keys.to_vec();
+    move |key: &str| match keys.iter().position(|k| k == key) {
+        Some(i) if on => (i as f64 - (n - 1.0) / 2.0) * step,
+        _ => 0.0,
+    }
+}
+
 fn chart<DB, X, Y>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
@@ -403,12 +439,15 @@ where
     let (x0, x1) = (ch.x_range().start, ch.x_range().end);
     let y0 = ch.y_range().start;
     let categorical = cats.is_some();
+    let shift = dodge(panel, data, &keys);
 
     for r in &panel.reference {
-        draw_reference(&mut ch, r, &keys, cats.as_ref(), (x0, x1))?;
+        let dx = r.series.as_deref().map_or(0.0, &shift);
+        draw_reference(&mut ch, r, &keys, cats.as_ref(), (x0, x1), dx)?;
     }
     for s in &data.series {
         let c = colour(&keys, &s.key);
+        let dx = shift(&s.key);
         let line = ShapeStyle::from(&c).stroke_width(2);
         if !categorical {
             for seg in segments(s, data) {
@@ -418,7 +457,7 @@ where
         }
         for p in &s.points {
             if let (Some(lo), Some(hi)) = (p.est.lo, p.est.hi) {
-                let xp = p.x.pos();
+                let xp = p.x.pos() + dx;
                 let bar = ShapeStyle::from(&c).stroke_width(1);
                 ch.draw_series([PathElement::new(vec![(xp, lo), (xp, hi)], bar)])
                     .map_err(err)?;
@@ -438,7 +477,7 @@ where
         ch.draw_series(
             s.points
                 .iter()
-                .map(|p| Circle::new((p.x.pos(), p.est.value), 4, c.filled())),
+                .map(|p| Circle::new((p.x.pos() + dx, p.est.value), 4, c.filled())),
         )
         .map_err(err)?
         .label(label)
@@ -498,6 +537,7 @@ fn draw_reference<'a, DB, X, Y>(
     keys: &[String],
     cats: Option<&Vec<String>>,
     (x0, x1): (f64, f64),
+    dx: f64,
 ) -> Result<(), String>
 where
     DB: DrawingBackend + 'a,
@@ -511,7 +551,7 @@ where
             let pts: Vec<(f64, f64)> =
                 r.x.iter()
                     .zip(&r.y)
-                    .filter_map(|(x, y)| Some((ref_x(x, cats)?, *y)))
+                    .filter_map(|(x, y)| Some((ref_x(x, cats)? + dx, *y)))
                     .collect();
             if pts.len() >= 2 && cats.is_none() {
                 ch.draw_series(DashedLineSeries::new(

@@ -207,7 +207,7 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
         .chain(failed.iter().filter_map(|f| f.x.as_ref()))
         .collect();
     let axis = Axis::new(panel, &cells);
-    let mut notes = sel.notes;
+    let notes = sel.notes;
 
     let mut groups: BTreeMap<(String, Option<String>, XKey), Units> = BTreeMap::new();
     let mut ratio_values_seen: BTreeSet<String> = BTreeSet::new();
@@ -300,7 +300,6 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
             for v in ratio.numerator.iter().chain([&ratio.denominator]) {
                 if !ratio_values_seen.contains(v) {
                     absent.push(v.clone());
-                    notes.push(format!("no rows with {} = {v} in this run", ratio.column));
                 }
             }
         }

@@ -56,8 +56,12 @@ pub struct RunFigures {
     pub unknown: Vec<String>,
 }
 
-fn notes_for(panels: &[(String, PanelData)]) -> Vec<String> {
-    let mut out = Vec::new();
+/// What is listed under a figure: absent series and failed points (which
+/// the image carries too, as it may travel alone), then data notes such as
+/// filters that do not apply to this run (report only).
+fn notes_for(panels: &[(String, PanelData)]) -> (Vec<String>, Vec<String>) {
+    let mut key = Vec::new();
+    let mut info = Vec::new();
     let mut failed_seen = Vec::new();
     let many = panels.len() > 1;
     for (name, d) in panels {
@@ -67,7 +71,7 @@ fn notes_for(panels: &[(String, PanelData)]) -> Vec<String> {
             String::new()
         };
         if !d.absent.is_empty() {
-            out.push(format!(
+            key.push(format!(
                 "{prefix}not in this run: {} (absent from the plot, not zero)",
                 d.absent.join(", ")
             ));
@@ -75,17 +79,17 @@ fn notes_for(panels: &[(String, PanelData)]) -> Vec<String> {
         for f in &d.failed {
             if !failed_seen.contains(&f.id) {
                 failed_seen.push(f.id.clone());
-                out.push(format!(
+                key.push(format!(
                     "failed point {} ({}): {} — drawn as a gap",
                     f.id, f.params, f.error
                 ));
             }
         }
         for n in &d.notes {
-            out.push(format!("{prefix}{n}"));
+            info.push(format!("{prefix}{n}"));
         }
     }
-    out
+    (key, info)
 }
 
 /// Computes one figure for a run.
@@ -96,17 +100,16 @@ pub fn figure(run: &RunData, def: &FigureDef) -> Result<Figure, FigureError> {
     }
     let refs: Vec<&PanelData> = panels.iter().map(|(_, d)| d).collect();
     let mut caption = caption::lines(def, run, &refs);
-    let notes = notes_for(&panels);
-    // The image carries the first few notes too: it may travel alone.
-    for n in notes.iter().take(4) {
-        caption.push(n.clone());
-    }
-    if notes.len() > 4 {
+    let (key, info) = notes_for(&panels);
+    const IN_IMAGE: usize = 4;
+    caption.extend(key.iter().take(IN_IMAGE).cloned());
+    if key.len() > IN_IMAGE {
         caption.push(format!(
-            "… and {} more notes in report.html",
-            notes.len() - 4
+            "… and {} more failed points or absent series, listed in report.html",
+            key.len() - IN_IMAGE
         ));
     }
+    let notes = key.into_iter().chain(info).collect();
     let claims = claims::evaluate(def, &panels);
     Ok(Figure {
         def: def.clone(),
@@ -207,8 +210,13 @@ pub fn figure_json(fig: &Figure) -> serde_json::Value {
         "caption": fig.caption })
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<(), FigureError> {
-    crate::fsutil::write_atomic(path, bytes).map_err(|e| file_err(path, e))
+/// Writes an output file atomically, readable by all (figures and reports
+/// are published, e.g. served or copied as CI artefacts).
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), FigureError> {
+    use std::os::unix::fs::PermissionsExt;
+    crate::fsutil::write_atomic(path, bytes).map_err(|e| file_err(path, e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| file_err(path, e))
 }
 
 /// What `plot` wrote.

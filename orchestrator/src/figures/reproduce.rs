@@ -127,8 +127,8 @@ fn previous_run(results: &Path, experiment: &str, spec: &Path) -> Option<(PathBu
     dirs.sort();
     let dir = dirs.pop()?;
     // No readable manifest: it stopped before its first point; resume it.
-    let status = manifest::read(&dir.join("manifest.json"))
-        .map_or(RunStatus::Interrupted, |m| m.status);
+    let status =
+        manifest::read(&dir.join("manifest.json")).map_or(RunStatus::Interrupted, |m| m.status);
     Some((dir, status))
 }
 
@@ -206,8 +206,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
                 write_figures(&rf)?;
                 write_claims(&rf)?;
                 let page = report::run_page(&rf)?;
-                crate::fsutil::write_atomic(&dir.join("report.html"), page.as_bytes())
-                    .map_err(|e| file_err(dir.join("report.html"), e))?;
+                super::write(&dir.join("report.html"), page.as_bytes())?;
                 Ok(RunLink {
                     href: href(&opts.results, &dir),
                     figures: rf,
@@ -238,8 +237,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
     let label = format!("{target}{}", if opts.quick { " --quick" } else { "" });
     let page = report::joined_page(&outcomes, &label)?;
     let report_path = out_dir.join("report.html");
-    crate::fsutil::write_atomic(&report_path, page.as_bytes())
-        .map_err(|e| file_err(&report_path, e))?;
+    super::write(&report_path, page.as_bytes())?;
     let mut claims = Vec::new();
     for o in &outcomes {
         if let Some(r) = &o.run {
@@ -260,7 +258,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
     });
     let cpath = out_dir.join("claims.json");
     let text = serde_json::to_vec_pretty(&doc).map_err(|e| FigureError::Other(e.to_string()))?;
-    crate::fsutil::write_atomic(&cpath, &text).map_err(|e| file_err(&cpath, e))?;
+    super::write(&cpath, &text)?;
     Ok(Summary {
         outcomes,
         claims,
@@ -303,7 +301,10 @@ mod tests {
         assert!(dir.ends_with("e/r1"));
         assert_eq!(status, RunStatus::Interrupted);
         std::fs::write(&spec, "changed").unwrap();
-        assert!(previous_run(&results, "e", &spec).is_none(), "a changed spec starts afresh");
+        assert!(
+            previous_run(&results, "e", &spec).is_none(),
+            "a changed spec starts afresh"
+        );
     }
 
     #[test]
