@@ -93,19 +93,6 @@ pub fn power_off() -> ! {
     std::process::exit(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_cmdline_values() {
-        let c = "console=ttyS0 testbed.nonce=abc123 panic=-1 testbed.mode=probe";
-        assert_eq!(cmdline_value(c, "testbed.nonce").as_deref(), Some("abc123"));
-        assert_eq!(cmdline_value(c, "testbed.mode").as_deref(), Some("probe"));
-        assert_eq!(cmdline_value(c, "testbed.none"), None);
-    }
-}
-
 /// Brings up loopback and, if asked, the first NIC with an address, using
 /// busybox `ip` (present in every testbed initramfs).
 pub fn setup_network(address: Option<&str>) -> Result<Option<String>, String> {
@@ -138,4 +125,17 @@ pub fn setup_network(address: Option<&str>) -> Result<Option<String>, String> {
     ip(&["addr", "add", addr, "dev", "eth0"])?;
     ip(&["link", "set", "eth0", "up"])?;
     Ok(Some(format!("eth0 {addr}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cmdline_values() {
+        let c = "console=ttyS0 testbed.nonce=abc123 panic=-1 testbed.mode=probe";
+        assert_eq!(cmdline_value(c, "testbed.nonce").as_deref(), Some("abc123"));
+        assert_eq!(cmdline_value(c, "testbed.mode").as_deref(), Some("probe"));
+        assert_eq!(cmdline_value(c, "testbed.none"), None);
+    }
 }
