@@ -87,8 +87,7 @@ fn run_spec(name: &str) -> Run {
     ]);
     assert!(o.status.success(), "{name}: {}", text(&o));
     let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["status"], "complete", "{name}: {}", text(&o));
     for p in manifest["points"].as_array().unwrap() {
         assert_eq!(p["ok"], true, "{name}: point failed: {}", p["error"]);
@@ -203,8 +202,16 @@ fn all_engines_return_the_same_verified_values_at_every_depth() {
         let cross = num(p, "cross_check.lookups");
         for e in engines {
             // Same keys (one seed), every value verified against its key.
-            assert_eq!(num(p, &format!("cross_check.{e}.verified")), cross, "{e} d{depth}");
-            assert_eq!(num(p, &format!("{e}.verified_lookups")), 60.0, "{e} d{depth}");
+            assert_eq!(
+                num(p, &format!("cross_check.{e}.verified")),
+                cross,
+                "{e} d{depth}"
+            );
+            assert_eq!(
+                num(p, &format!("{e}.verified_lookups")),
+                60.0,
+                "{e} d{depth}"
+            );
         }
         for e in engines.iter().filter(|e| e.contains("hook")) {
             // The kernel did every read: d nodes plus the value's block.
@@ -232,9 +239,13 @@ fn every_break_it_case_holds_in_the_vm() {
     let s = p["summary"].as_object().unwrap();
     let mut failed = Vec::new();
     for (k, v) in s {
-        if let Some(case) = k.strip_prefix("safety.").filter(|c| !c.ends_with(".detail")) {
+        if let Some(case) = k
+            .strip_prefix("safety.")
+            .filter(|c| !c.ends_with(".detail"))
+        {
             let detail = &s[&format!("{k}.detail")];
-            eprintln!("{v:>5}  {case}: {}", detail.as_str().unwrap_or(""));
+            let verdict = v.as_str().unwrap_or("?");
+            eprintln!("{verdict:>4}  {case}: {}", detail.as_str().unwrap_or(""));
             if v != "pass" {
                 failed.push(case.to_string());
             }
@@ -274,9 +285,12 @@ fn nvme_hook_beats_read_at_depth_and_the_run_says_how_far_to_trust_it() {
         by_depth.insert(d, nvme);
     }
     // Re-issuing from the completion path saves a crossing per hop, so the
-    // gain grows with depth; the syscall layer alone saves little.
+    // gain grows with depth (quiet host, TCG: ~1.4x at depth 10; a busy
+    // host inflates QEMU's fixed cost per command and shrinks it). The
+    // bound is loose on purpose: a hook that silently fell back to one
+    // crossing per hop would measure ~1.0x.
     assert!(by_depth[&10] > by_depth[&1], "{by_depth:?}");
-    assert!(by_depth[&10] >= 1.2, "nvme-hook at depth 10: {by_depth:?}");
+    assert!(by_depth[&10] >= 1.15, "nvme-hook at depth 10: {by_depth:?}");
 }
 
 #[test]
@@ -290,13 +304,20 @@ fn quick_fig3_sweeps_write_samples_for_every_engine() {
             &["read", "syscall-hook", "nvme-hook"][..],
             12,
         ),
-        ("fig3d-hooks-quick.toml", &["io-uring", "nvme-hook-uring"][..], 12),
+        (
+            "fig3d-hooks-quick.toml",
+            &["io-uring", "nvme-hook-uring"][..],
+            12,
+        ),
     ] {
         let run = run_spec(name);
         assert_eq!(run.points().len(), points, "{name}");
         let counts = samples_per_engine(&run, "lookup_latency");
         for e in engines {
-            assert!(counts.get(*e).copied().unwrap_or(0) > 0, "{name} {e}: {counts:?}");
+            assert!(
+                counts.get(*e).copied().unwrap_or(0) > 0,
+                "{name} {e}: {counts:?}"
+            );
         }
         for p in run.points() {
             for e in engines.iter().filter(|e| e.contains("hook")) {
@@ -317,19 +338,31 @@ fn lockdep_kernel_runs_the_quick_sweep_without_a_report() {
     let dir = kernel("vm-hooks-debug");
     let config = std::fs::read_to_string(dir.join("config")).unwrap();
     assert!(config.lines().any(|l| l == "CONFIG_PROVE_LOCKING=y"));
-    let run = run_spec("hooks-debug-quick.toml");
-    for p in run.points() {
-        assert_eq!(p["summary"]["kernel.lockdep"], "on", "{}", p["summary"]);
-        assert_eq!(p["summary"]["kernel.debug_locks"], 1, "{}", p["summary"]);
-        assert_eq!(p["summary"]["kernel.splats"], 0, "{}", p["summary"]);
+    // The quick sweep, then every error path of the hooks.
+    for name in ["hooks-debug-quick.toml", "hooks-safety-debug.toml"] {
+        let run = run_spec(name);
+        for p in run.points() {
+            assert_eq!(p["summary"]["kernel.lockdep"], "on", "{}", p["summary"]);
+            assert_eq!(p["summary"]["kernel.debug_locks"], 1, "{}", p["summary"]);
+            assert_eq!(p["summary"]["kernel.splats"], 0, "{}", p["summary"]);
+            if let Some(all) = p["summary"].get("safety_all_passed") {
+                assert_eq!(all, true, "{name}: {}", p["summary"]);
+            }
+        }
+        // The console, independently of the agent.
+        let console = run.console();
+        let markers = testbed_agent::workload::btree::kernel_log::SPLAT_MARKERS;
+        let splats: Vec<&str> = console
+            .lines()
+            .filter(|l| markers.iter().any(|m| l.contains(m)))
+            .collect();
+        assert!(
+            splats.is_empty(),
+            "{name}: kernel reports in console.log: {splats:#?}"
+        );
+        assert!(
+            console.contains("testbed-agent"),
+            "{name}: console log is empty?"
+        );
     }
-    // The console, independently of the agent.
-    let console = run.console();
-    let markers = testbed_agent::workload::btree::kernel_log::SPLAT_MARKERS;
-    let splats: Vec<&str> = console
-        .lines()
-        .filter(|l| markers.iter().any(|m| l.contains(m)))
-        .collect();
-    assert!(splats.is_empty(), "kernel reports in console.log: {splats:#?}");
-    assert!(console.contains("testbed-agent"), "console log is empty?");
 }
