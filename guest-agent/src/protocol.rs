@@ -77,7 +77,8 @@ pub struct Hello {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HostMsg {
     HelloAck { protocol: u32, nonce: String },
-    Job(Job),
+    // Boxed: a job carries the workload parameters, far larger than the rest.
+    Job(Box<Job>),
     Shutdown,
 }
 

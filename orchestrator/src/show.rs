@@ -86,6 +86,9 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
             p.samples,
             key_numbers.join(" ")
         ));
+        if let Some(line) = fio_peer_line(&p.summary) {
+            s.push_str(&format!("      {line}\n"));
+        }
         if let Some(e) = &p.error {
             s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
         }
@@ -105,6 +108,23 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         .join(" ")
     ));
     Ok(s)
+}
+
+/// The btree job's fio peer check in one line: both I/O rates, their ratio
+/// and each side's CPU time per I/O (which is what separates them under TCG).
+fn fio_peer_line(
+    summary: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Option<String> {
+    let num = |k: &str| summary.get(k).and_then(serde_json::Value::as_f64);
+    let ratio = num("read_vs_fio_iops_ratio")?;
+    let ours = num("ios_per_s").or_else(|| num("read.ios_per_s"))?;
+    let fio = num("fio.iops")?;
+    let mut line = format!("fio peer: read {ours:.0} I/O/s, fio {fio:.0} IOPS, ratio {ratio:.3}");
+    let ours_cpu = num("cpu_us_per_io").or_else(|| num("read.cpu_us_per_io"));
+    if let (Some(a), Some(b)) = (ours_cpu, num("fio.cpu_us_per_io")) {
+        line.push_str(&format!("; CPU per I/O read {a:.1} µs, fio {b:.1} µs"));
+    }
+    Some(line)
 }
 
 /// Every spec under `dir`, sorted.
@@ -151,4 +171,49 @@ pub fn list_specs(dir: &Path) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A spec in the repository that does not validate would only fail when
+    /// someone runs it; catch it here instead.
+    #[test]
+    fn every_shipped_spec_validates() {
+        let dir = crate::paths::repo_root().join("experiments");
+        let specs = find_specs(&dir);
+        assert!(specs.len() > 20, "found only {specs:?}");
+        let bad: Vec<String> = specs
+            .iter()
+            .filter_map(|p| {
+                crate::run::check_spec(p)
+                    .err()
+                    .map(|e| format!("{}: {e}", p.display()))
+            })
+            .collect();
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn the_fio_peer_line_shows_rates_ratio_and_cpu() {
+        let summary: std::collections::BTreeMap<String, serde_json::Value> = [
+            ("ios_per_s", json!(3902.2)),
+            ("fio.iops", json!(3638.0)),
+            ("read_vs_fio_iops_ratio", json!(1.0726)),
+            ("cpu_us_per_io", json!(63.04)),
+            ("fio.cpu_us_per_io", json!(83.16)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            fio_peer_line(&summary).unwrap(),
+            "fio peer: read 3902 I/O/s, fio 3638 IOPS, ratio 1.073; CPU per I/O read 63.0 µs, fio 83.2 µs"
+        );
+        let mut no_peer = summary.clone();
+        no_peer.remove("read_vs_fio_iops_ratio");
+        assert!(fio_peer_line(&no_peer).is_none());
+    }
 }

@@ -112,7 +112,7 @@ fn job_loop<R: BufRead>(
             }
             HostMsg::Job(job) => {
                 let job_id = job.job_id;
-                let reply = match run_job(job, writer, local_devices) {
+                let reply = match run_job(*job, writer, local_devices) {
                     Ok(summary) => GuestMsg::JobDone { job_id, summary },
                     Err(error) => GuestMsg::JobFailed { job_id, error },
                 };

@@ -50,7 +50,7 @@ impl FioRw {
 }
 
 /// I/O engines allowed; the synchronous ones keep one I/O in flight.
-const SYNC_ENGINES: &[&str] = &["psync", "pvsync", "pvsync2", "sync"];
+pub const SYNC_ENGINES: &[&str] = &["psync", "pvsync", "pvsync2", "sync"];
 const ASYNC_ENGINES: &[&str] = &["libaio", "io_uring"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +81,10 @@ pub struct FioParams {
     pub size_bytes: Option<u64>,
     #[serde(default)]
     pub clocksource: FioClock,
+    /// fio `gtod_reduce`: no per-I/O clock reads, so no latencies, only
+    /// IOPS; fio's own CPU cost per I/O drops (it matters under TCG).
+    #[serde(default)]
+    pub gtod_reduce: bool,
 }
 
 fn default_block_size() -> u32 {
@@ -173,6 +177,8 @@ impl FioParams {
             numjobs: self.numjobs,
             ioengine: self.ioengine.clone(),
             clocksource: self.clocksource,
+            gtod_reduce: self.gtod_reduce,
+            cpus_allowed: None,
             size: self.size_bytes,
             amount: match self.runtime_s {
                 Some(s) => Amount::Seconds(s),
@@ -201,6 +207,10 @@ pub struct FioJob {
     pub numjobs: u32,
     pub ioengine: String,
     pub clocksource: FioClock,
+    pub gtod_reduce: bool,
+    /// fio `cpus_allowed` with `cpus_allowed_policy=split`: job i on the
+    /// i-th CPU of the set.
+    pub cpus_allowed: Option<String>,
     /// Region from offset 0; `None` = the whole device or file.
     pub size: Option<u64>,
     pub amount: Amount,
@@ -233,6 +243,13 @@ impl FioJob {
             format!("--randseed={}", self.seed & i64::MAX as u64),
             "--output-format=json".into(),
         ];
+        if self.gtod_reduce {
+            a.push("--gtod_reduce=1".into());
+        }
+        if let Some(cpus) = &self.cpus_allowed {
+            a.push(format!("--cpus_allowed={cpus}"));
+            a.push("--cpus_allowed_policy=split".into());
+        }
         if let Some(size) = self.size {
             a.push(format!("--size={size}"));
         }
@@ -263,6 +280,10 @@ pub struct FioReport {
     pub lat_mean_ns: f64,
     /// (percentile as fio names it, e.g. "99.900000", ns).
     pub clat_percentiles: Vec<(String, f64)>,
+    /// fio's job CPU time (user, system), from its usr_cpu/sys_cpu
+    /// percentages of the runtime.
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
 }
 
 impl FioReport {
@@ -277,6 +298,12 @@ impl FioReport {
         put("clat_mean_ns", self.clat_mean_ns.into());
         put("lat_mean_ns", self.lat_mean_ns.into());
         put("version", self.version.clone().into());
+        put("cpu_user_s", self.cpu_user_s.into());
+        put("cpu_sys_s", self.cpu_sys_s.into());
+        if self.total_ios > 0 {
+            let per_io = (self.cpu_user_s + self.cpu_sys_s) / self.total_ios as f64;
+            put("cpu_us_per_io", (per_io * 1e6).into());
+        }
         for (name, pct) in [("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9)] {
             if let Some(v) = self.percentile(pct) {
                 put(&format!("clat_{name}_ns"), v.into());
@@ -329,6 +356,8 @@ pub fn combine(reports: &[FioReport]) -> Option<FioReport> {
         clat_mean_ns: weighted(|r| r.clat_mean_ns),
         lat_mean_ns: weighted(|r| r.lat_mean_ns),
         clat_percentiles: Vec::new(),
+        cpu_user_s: reports.iter().map(|r| r.cpu_user_s).sum(),
+        cpu_sys_s: reports.iter().map(|r| r.cpu_sys_s).sum(),
     })
 }
 
@@ -338,12 +367,17 @@ pub fn parse_report(out: &str) -> Result<FioReport, WorkloadError> {
     let start = out.find('{').ok_or_else(|| bad("no JSON object"))?;
     let v: serde_json::Value =
         serde_json::from_str(&out[start..]).map_err(|e| bad(&format!("invalid JSON: {e}")))?;
-    let read = v
+    let job = v
         .get("jobs")
         .and_then(|j| j.get(0))
-        .and_then(|j| j.get("read"))
-        .ok_or_else(|| bad("no jobs[0].read"))?;
+        .ok_or_else(|| bad("no jobs[0]"))?;
+    let read = job.get("read").ok_or_else(|| bad("no jobs[0].read"))?;
     let num = |node: &serde_json::Value, k: &str| node.get(k).and_then(serde_json::Value::as_f64);
+    let runtime_ms = num(read, "runtime").unwrap_or(0.0);
+    // usr_cpu/sys_cpu are percentages of `job_runtime`, which group
+    // reporting sums over the jobs (read.runtime is one job's).
+    let cpu_base_ms = num(job, "job_runtime").unwrap_or(runtime_ms);
+    let cpu_s = |k: &str| num(job, k).unwrap_or(0.0) / 100.0 * cpu_base_ms / 1e3;
     let clat = read.get("clat_ns").ok_or_else(|| bad("no read.clat_ns"))?;
     let mut clat_percentiles: Vec<(String, f64)> = clat
         .get("percentile")
@@ -366,13 +400,15 @@ pub fn parse_report(out: &str) -> Result<FioReport, WorkloadError> {
             .to_string(),
         iops: num(read, "iops").ok_or_else(|| bad("no read.iops"))?,
         total_ios: num(read, "total_ios").unwrap_or(0.0) as u64,
-        runtime_ms: num(read, "runtime").unwrap_or(0.0),
+        runtime_ms,
         clat_mean_ns: num(clat, "mean").unwrap_or(0.0),
         lat_mean_ns: read
             .get("lat_ns")
             .and_then(|l| num(l, "mean"))
             .unwrap_or(0.0),
         clat_percentiles,
+        cpu_user_s: cpu_s("usr_cpu"),
+        cpu_sys_s: cpu_s("sys_cpu"),
     })
 }
 
@@ -485,7 +521,7 @@ mod tests {
     #[test]
     fn parses_fio_json_with_noise_before_it() {
         let text = r#"fio: some warning
-{"fio version": "fio-3.33", "jobs": [{"read": {"iops": 7000.5, "total_ios": 2000, "runtime": 285,
+{"fio version": "fio-3.33", "jobs": [{"job_runtime": 570, "usr_cpu": 20.0, "sys_cpu": 40.0, "read": {"iops": 7000.5, "total_ios": 2000, "runtime": 285,
  "clat_ns": {"mean": 140000.0, "percentile": {"99.900000": 400000, "50.000000": 130000, "95.000000": 200000}},
  "lat_ns": {"mean": 141000.0}}}]}"#;
         let r = parse_report(text).unwrap();
@@ -494,10 +530,14 @@ mod tests {
             (7000.5, 2000, "fio-3.33")
         );
         assert_eq!(r.clat_percentiles[0], ("50.000000".to_string(), 130000.0));
+        // Two group-reported jobs: the percentages are of their summed runtime.
+        assert!((r.cpu_user_s - 0.114).abs() < 1e-9 && (r.cpu_sys_s - 0.228).abs() < 1e-9);
         assert_eq!(r.percentile(99.9), Some(400000.0));
         let mut s = Summary::new();
         r.add_to("fio.", &mut s);
         assert_eq!(s["fio.clat_p999_ns"], serde_json::json!(400000.0));
+        let per_io = s["fio.cpu_us_per_io"].as_f64().unwrap();
+        assert!((per_io - 0.342 / 2000.0 * 1e6).abs() < 1e-6, "{per_io}");
         assert!(!s.contains_key("fio.clat_p99_ns"));
         assert!(parse_report("no json").is_err());
     }
@@ -512,6 +552,8 @@ mod tests {
             clat_mean_ns: lat,
             lat_mean_ns: lat,
             clat_percentiles: vec![("50.000000".into(), lat)],
+            cpu_user_s: 0.5,
+            cpu_sys_s: 0.25,
         };
         let c = combine(&[r(1000, 100.0, 100.0), r(3000, 500.0, 200.0)]).unwrap();
         assert_eq!(
@@ -519,6 +561,7 @@ mod tests {
             (4000, 600.0, 4000.0 / 0.6)
         );
         assert_eq!(c.lat_mean_ns, 175.0);
+        assert_eq!((c.cpu_user_s, c.cpu_sys_s), (1.0, 0.5));
         assert!(c.clat_percentiles.is_empty());
         assert!(combine(&[]).is_none());
     }

@@ -80,12 +80,12 @@ impl Session<'_> {
         timeout: Duration,
     ) -> Result<PointOutcome, Fatal> {
         let started = Instant::now();
-        self.send(&HostMsg::Job(Job {
+        self.send(&HostMsg::Job(Box::new(Job {
             job_id,
             seed: point.seed,
             workload: point.workload.clone(),
             devices: devices.clone(),
-        }))?;
+        })))?;
         let deadline = started + timeout;
         let mut chunks = Vec::new();
         loop {

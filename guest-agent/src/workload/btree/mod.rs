@@ -96,6 +96,7 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         peer: peer
             .as_ref()
             .map(|f| f as &(dyn Fn() -> Result<fio::FioReport, WorkloadError> + Sync)),
+        pin_threads: p.pin_threads,
     };
     if p.cross_check_lookups > 0 {
         hook_report::cross_check(&cfg, p.cross_check_lookups, &mut summary)?;
@@ -177,8 +178,13 @@ fn fio_job(p: &BtreeParams, plan: &Plan, path: &str, seed: u64) -> FioJob {
         rw: FioRw::Randread,
         iodepth: 1,
         numjobs: p.threads,
-        ioengine: "psync".into(),
+        ioengine: p.fio_ioengine.clone(),
         clocksource: fio::FioClock::ClockGettime,
+        gtod_reduce: p.fio_gtod_reduce,
+        cpus_allowed: p.pin_threads.then(|| {
+            let cpus = (p.threads as usize).min(runner::online_cpus());
+            format!("0-{}", cpus - 1)
+        }),
         size,
         amount: Amount::Ios(total.div_ceil(u64::from(p.fio_rounds.max(1)))),
         seed,

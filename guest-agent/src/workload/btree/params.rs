@@ -143,6 +143,15 @@ pub struct BtreeParams {
     /// fio runs in this many segments spread between the lookup blocks.
     #[serde(default = "default_fio_rounds")]
     pub fio_rounds: u32,
+    /// fio's I/O engine for the peer (a synchronous one: QD1).
+    #[serde(default = "default_fio_ioengine")]
+    pub fio_ioengine: String,
+    /// fio `gtod_reduce` for the peer: IOPS only, no per-I/O clock reads.
+    #[serde(default)]
+    pub fio_gtod_reduce: bool,
+    /// Pin lookup thread t to CPU t (mod the CPUs), and fio's job t too.
+    #[serde(default)]
+    pub pin_threads: bool,
     /// Before measuring, every engine looks up the same keys (one seed for
     /// all engines), each value verified against its key.
     #[serde(default)]
@@ -172,6 +181,9 @@ fn default_block() -> u64 {
 }
 fn default_fio_rounds() -> u32 {
     4
+}
+fn default_fio_ioengine() -> String {
+    "psync".into()
 }
 
 /// What the run needs beyond the parameters: the plan and where it lives.
@@ -247,6 +259,18 @@ impl BtreeParams {
                 format!(
                     "{} with a hook engine: the BPF node parser reads 512-byte nodes",
                     self.node_size
+                ),
+            ));
+        }
+        if self.compare_with_fio
+            && !crate::workload::fio::SYNC_ENGINES.contains(&&*self.fio_ioengine)
+        {
+            return Err(ParamError::new(
+                "fio_ioengine",
+                format!(
+                    "{:?}: the peer is QD1, so one of {:?}",
+                    self.fio_ioengine,
+                    crate::workload::fio::SYNC_ENGINES
                 ),
             ));
         }

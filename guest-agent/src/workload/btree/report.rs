@@ -117,6 +117,14 @@ pub fn summarise_engine(
         .fold((0.0, 0.0), |(u, s), t| (u + t.cpu.user_s, s + t.cpu.sys_s));
     put(summary, key(prefix, "cpu_user_s"), user);
     put(summary, key(prefix, "cpu_sys_s"), sys);
+    let ios = lookups * f64::from(plan.ios_per_lookup());
+    if ios > 0.0 {
+        put(
+            summary,
+            key(prefix, "cpu_us_per_io"),
+            (user + sys) / ios * 1e6,
+        );
+    }
     EngineNumbers {
         ios_per_s,
         hop_mean_ns,

@@ -91,6 +91,8 @@ pub struct RunConfig<'a> {
     pub sample_every: u64,
     pub seed: u64,
     pub peer: Option<Peer<'a>>,
+    /// Pin lookup thread t to CPU t mod (online CPUs).
+    pub pin_threads: bool,
 }
 
 /// What one engine did on one thread.
@@ -198,6 +200,11 @@ fn thread_main(
         failed.store(true, Ordering::SeqCst);
         error.get_or_insert(e);
     };
+    if cfg.pin_threads
+        && let Err(e) = pin_to_cpu(t)
+    {
+        note(e, &mut error);
+    }
     let hops = cfg.plan.ios_per_lookup() as usize;
     let mut tallies = Vec::new();
     let mut instances = Vec::new();
@@ -266,6 +273,21 @@ fn thread_main(
             peer_reports,
         }),
     }
+}
+
+/// Online CPUs, as the scheduler sees them (at least 1).
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Pins the calling thread to CPU `t` mod the online CPUs, so the lookup
+/// threads and fio's jobs (`cpus_allowed_policy=split`) sit on the same CPUs.
+fn pin_to_cpu(t: u32) -> Result<(), WorkloadError> {
+    let cpu = t as usize % online_cpus();
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set))
+        .map_err(|e| WorkloadError::Other(format!("pin lookup thread {t} to CPU {cpu}: {e}")))
 }
 
 /// Wall time of each engine: per measured block, from the first thread's

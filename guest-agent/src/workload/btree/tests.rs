@@ -269,6 +269,33 @@ fn compare_with_fio_reports_the_ratio() {
         pct.iter().map(|c| c.tags["segment"].clone()).collect();
     assert_eq!(segments.len(), 4);
     assert_eq!(num(&s, "verified_lookups"), 600.0);
+    // Both sides' CPU per I/O, which is what separates them under TCG.
+    assert!(num(&s, "cpu_us_per_io") > 0.0);
+    assert!(num(&s, "fio.cpu_us_per_io") > 0.0);
+}
+
+#[test]
+fn pinned_threads_and_a_lean_fio_peer() {
+    if crate::workload::fio::fio_binary().is_none() {
+        eprintln!("fio not installed; skipping");
+        return;
+    }
+    let f = fixture();
+    let p = ", \"depth\": 1, \"compare_with_fio\": true, \"fio_ios\": 200, \"threads\": 2, \
+             \"pin_threads\": true, \"fio_gtod_reduce\": true, \"fio_ioengine\": \"pvsync2\"";
+    let s = run_ok(&f, params(p));
+    assert_eq!(num(&s, "fio.total_ios"), 400.0);
+    // gtod_reduce: fio measures no latencies, only IOPS.
+    assert_eq!(num(&s, "fio.lat_mean_ns"), 0.0);
+    assert!(num(&s, "read_vs_fio_iops_ratio") > 0.0);
+}
+
+#[test]
+fn an_async_fio_peer_is_refused() {
+    let f = fixture();
+    let bad = params(", \"depth\": 1, \"compare_with_fio\": true, \"fio_ioengine\": \"io_uring\"");
+    let e = Workload::Btree(bad).validate(&f.ctx.devices).unwrap_err();
+    assert!(e.to_string().contains("fio_ioengine"), "{e}");
 }
 
 #[test]
