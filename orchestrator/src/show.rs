@@ -73,6 +73,7 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
                 .and_then(|v| v.as_f64())
                 .map(|v| format!("{k}={v:.1}"))
         })
+        .chain(per_engine_numbers(&p.summary))
         .collect();
         let status = if p.ok {
             "ok    ".to_string()
@@ -93,6 +94,13 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
             s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
         }
     }
+    let scaling = crate::depth_scaling::depth_series(&m.points);
+    if !scaling.is_empty() {
+        s.push_str("latency by depth (mean lookup latency; one read per level makes a line)\n");
+        for line in crate::depth_scaling::describe(&scaling) {
+            s.push_str(&format!("  {line}\n"));
+        }
+    }
     s.push_str(&format!(
         "files      {}\n",
         [
@@ -108,6 +116,30 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         .join(" ")
     ));
     Ok(s)
+}
+
+/// With several engines in one job the keys carry the engine's name
+/// (`read.lookups_per_s`): show each engine's rate and mean latency.
+fn per_engine_numbers(
+    summary: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Vec<String> {
+    let Some(engines) = summary.get("engines").and_then(|e| e.as_array()) else {
+        return Vec::new();
+    };
+    if engines.len() < 2 {
+        return Vec::new();
+    }
+    engines
+        .iter()
+        .filter_map(|e| e.as_str())
+        .filter_map(|e| {
+            let rate = summary.get(&format!("{e}.lookups_per_s"))?.as_f64()?;
+            let mean = summary
+                .get(&format!("{e}.lookup_latency_mean_ns"))?
+                .as_f64()?;
+            Some(format!("{e}: {rate:.0}/s {:.0}µs", mean / 1e3))
+        })
+        .collect()
 }
 
 /// The btree job's fio peer check in one line: both I/O rates, their ratio
