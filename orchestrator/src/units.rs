@@ -18,13 +18,18 @@ impl Size {
     }
 }
 
-/// Parses "512", "4K", "4KiB", "4KB", "1.5G": units are powers of 1024.
-pub fn parse_size(text: &str) -> Result<Size, String> {
+/// "1.5G" as ("1.5", "G"): the leading number and the unit after it.
+fn split_number(text: &str) -> (&str, &str) {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
+    t.split_at(split)
+}
+
+/// Parses "512", "4K", "4KiB", "4KB", "1.5G": units are powers of 1024.
+pub fn parse_size(text: &str) -> Result<Size, String> {
+    let (num, unit) = split_number(text);
     let num: f64 = num.parse().map_err(|_| {
         format!(
             "invalid size {text:?}: expected a number followed by an optional unit (K, M, G, T)"
@@ -98,11 +103,7 @@ impl Serialize for Size {
 pub struct Span(pub Duration);
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
+    let (num, unit) = split_number(text);
     let num: f64 = num.parse().map_err(|_| {
         format!("invalid duration {text:?}: expected a number followed by ms, s, m or h")
     })?;

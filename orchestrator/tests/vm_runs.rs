@@ -3,7 +3,7 @@
 //! They run one at a time: two cores cannot host parallel TCG guests.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,46 @@ fn testbed() -> Command {
 
 fn run(args: &[&str]) -> Output {
     testbed().args(args).output().expect("testbed runs")
+}
+
+/// `testbed run SPEC --out OUT`, ready for more arguments.
+fn run_command(spec: &Path, out: &Path) -> Command {
+    let mut c = testbed();
+    c.arg("run").arg(spec).arg("--out").arg(out);
+    c
+}
+
+/// `testbed run SPEC --out OUT`, then any `extra` arguments.
+fn run_spec(spec: &Path, out: &Path, extra: &[&str]) -> Output {
+    run_command(spec, out)
+        .args(extra)
+        .output()
+        .expect("testbed runs")
+}
+
+/// `testbed run SPEC --out OUT` in the background, its stderr going to `log`.
+fn spawn_run(spec: &Path, out: &Path, log: &Path) -> Child {
+    run_command(spec, out)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// The first point's record is written once that point has finished.
+fn wait_for_first_point(out: &Path) {
+    wait_for("the first point", Duration::from_secs(120), || {
+        out.join("points/p0000-r00.json").exists()
+    });
+}
+
+/// `kill -SIGNAL pid`.
+fn send_signal(signal: &str, pid: u32) {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
 }
 
 fn text(o: &Output) -> String {
@@ -39,8 +79,28 @@ fn manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
 }
 
-/// QEMU processes whose command line mentions `needle` (the run directory).
-fn qemus_mentioning(needle: &str) -> Vec<u32> {
+/// The manifest's point records.
+fn points(m: &serde_json::Value) -> &Vec<serde_json::Value> {
+    m["points"].as_array().unwrap()
+}
+
+/// A command line recorded in the manifest, as one string to search.
+fn argv_line(argv: &serde_json::Value) -> String {
+    argv.as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn modified(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path).unwrap().modified().unwrap()
+}
+
+/// QEMU processes whose command line mentions the run directory `run_dir`.
+fn qemus_of_run(run_dir: &Path) -> Vec<u32> {
+    let needle = run_dir.to_str().unwrap();
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
@@ -112,12 +172,7 @@ fn smoke_run_boots_reads_and_records_provenance() {
     let _g = serial();
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("run");
-    let o = run(&[
-        "run",
-        "../experiments/smoke.toml",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_spec(Path::new("../experiments/smoke.toml"), &out, &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains(&format!("results in {}", out.display())),
@@ -150,7 +205,7 @@ fn smoke_run_boots_reads_and_records_provenance() {
     assert!(m["host"]["qemu_version"].as_str().unwrap().contains("QEMU"));
     let boot_ms = m["boot_to_agent_ms"][0].as_u64().unwrap();
     assert!(boot_ms > 0 && boot_ms < 60_000, "{boot_ms}");
-    assert_eq!(m["points"].as_array().unwrap().len(), 2);
+    assert_eq!(points(&m).len(), 2);
     let console = std::fs::read_to_string(out.join("console.log")).unwrap();
     assert!(
         console.contains("testbed-agent: ready"),
@@ -208,12 +263,7 @@ heartbeat = "6s"
 "#,
     );
     let out = t.path().join("run");
-    let o = run(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_spec(&spec, &out, &[]);
     assert_eq!(
         o.status.code(),
         Some(3),
@@ -222,9 +272,8 @@ heartbeat = "6s"
     );
     let m = manifest(&out);
     assert_eq!(m["status"], "partial");
-    let points = m["points"].as_array().unwrap();
     let err = |mode: &str| -> String {
-        let p = points
+        let p = points(&m)
             .iter()
             .find(|p| p["params"]["mode"] == mode)
             .unwrap_or_else(|| panic!("no point for {mode}"));
@@ -245,10 +294,7 @@ heartbeat = "6s"
     );
     // error keeps its boot; panic, hang and exit each end theirs: 3 boots for 4 points.
     assert_eq!(m["boots"].as_array().unwrap().len(), 3, "{}", m["boots"]);
-    assert!(
-        qemus_mentioning(out.to_str().unwrap()).is_empty(),
-        "QEMU left behind"
-    );
+    assert!(qemus_of_run(&out).is_empty(), "QEMU left behind");
     assert!(
         !out.join("samples.parquet").exists(),
         "failed points are not drawn as zeros"
@@ -265,55 +311,28 @@ fn killing_qemu_mid_run_fails_one_point_and_resume_completes_the_run() {
         &randread_spec("kill", 20000, "[1, 1, 1, 1]"),
     );
     let out = t.path().join("run");
-    let log = std::fs::File::create(t.path().join("log")).unwrap();
-    let mut child = testbed()
-        .args([
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    wait_for("the first point", Duration::from_secs(120), || {
-        out.join("points/p0000-r00.json").exists()
-    });
-    let qemus = qemus_mentioning(out.to_str().unwrap());
+    let log_file = t.path().join("log");
+    let mut child = spawn_run(&spec, &out, &log_file);
+    wait_for_first_point(&out);
+    let qemus = qemus_of_run(&out);
     assert_eq!(qemus.len(), 1);
-    Command::new("kill")
-        .arg("-9")
-        .arg(qemus[0].to_string())
-        .status()
-        .unwrap();
+    send_signal("9", qemus[0]);
     let status = child.wait().unwrap();
-    let log = std::fs::read_to_string(t.path().join("log")).unwrap();
+    let log = std::fs::read_to_string(&log_file).unwrap();
     assert_eq!(status.code(), Some(3), "{log}");
     let m = manifest(&out);
     assert_eq!(m["status"], "partial", "{log}");
-    let failed: Vec<&serde_json::Value> = m["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["ok"] == false)
-        .collect();
+    let failed: Vec<&serde_json::Value> = points(&m).iter().filter(|p| p["ok"] == false).collect();
     assert_eq!(failed.len(), 1, "{log}");
     assert!(
         failed[0]["error"].as_str().unwrap().contains("QEMU exited"),
         "{}",
         failed[0]
     );
-    assert!(qemus_mentioning(out.to_str().unwrap()).is_empty());
+    assert!(qemus_of_run(&out).is_empty());
     assert_no_half_written_files(&out);
 
-    let o = run(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--resume",
-    ]);
+    let o = run_spec(&spec, &out, &["--resume"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains("4 points, 3 already done"),
@@ -322,13 +341,7 @@ fn killing_qemu_mid_run_fails_one_point_and_resume_completes_the_run() {
     );
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
-    assert!(
-        m["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p["ok"] == true)
-    );
+    assert!(points(&m).iter().all(|p| p["ok"] == true));
 }
 
 #[test]
@@ -341,56 +354,25 @@ fn ctrl_c_leaves_no_qemu_and_no_half_written_file_and_resume_skips_done_points()
         &randread_spec("int", 20000, "[1, 2, 1]"),
     );
     let out = t.path().join("run");
-    let log = std::fs::File::create(t.path().join("log")).unwrap();
-    let mut child = testbed()
-        .args([
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    wait_for("the first point", Duration::from_secs(120), || {
-        out.join("points/p0000-r00.json").exists()
-    });
-    let first = std::fs::metadata(out.join("points/p0000-r00.parquet"))
-        .unwrap()
-        .modified()
-        .unwrap();
-    Command::new("kill")
-        .arg("-INT")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
+    let log_file = t.path().join("log");
+    let mut child = spawn_run(&spec, &out, &log_file);
+    wait_for_first_point(&out);
+    let first = modified(&out.join("points/p0000-r00.parquet"));
+    send_signal("INT", child.id());
     let status = child.wait().unwrap();
-    let log = std::fs::read_to_string(t.path().join("log")).unwrap();
+    let log = std::fs::read_to_string(&log_file).unwrap();
     assert_eq!(status.code(), Some(130), "{log}");
     assert!(log.contains("--resume"), "tells how to continue: {log}");
-    assert!(
-        qemus_mentioning(out.to_str().unwrap()).is_empty(),
-        "QEMU left behind"
-    );
+    assert!(qemus_of_run(&out).is_empty(), "QEMU left behind");
     assert_eq!(manifest(&out)["status"], "interrupted");
     assert_no_half_written_files(&out);
 
-    let o = run(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--resume",
-    ]);
+    let o = run_spec(&spec, &out, &["--resume"]);
     assert!(o.status.success(), "{}", text(&o));
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
-    assert_eq!(m["points"].as_array().unwrap().len(), 3);
-    let again = std::fs::metadata(out.join("points/p0000-r00.parquet"))
-        .unwrap()
-        .modified()
-        .unwrap();
+    assert_eq!(points(&m).len(), 3);
+    let again = modified(&out.join("points/p0000-r00.parquet"));
     assert_eq!(first, again, "a finished point is not run again");
 }
 
@@ -428,12 +410,7 @@ fn malformed_specs_give_one_clear_error_and_boot_nothing() {
     for (name, body, expect) in cases {
         let spec = write_spec(t.path(), &format!("{name}.toml"), &body);
         let out = t.path().join(format!("out-{name}"));
-        let o = run(&[
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let o = run_spec(&spec, &out, &[]);
         let msg = text(&o);
         assert!(!o.status.success(), "{name}");
         assert!(msg.contains(expect), "{name}: {msg}");
@@ -461,12 +438,7 @@ fn host_executor_runs_the_agent_as_a_process() {
         &randread_spec("host", 200, "[1, 2]").replace("seed = 3", "seed = 3\nexecutor = \"host\""),
     );
     let out = t.path().join("run");
-    let o = run(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_spec(&spec, &out, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let m = manifest(&out);
     assert_eq!(m["executor"], "host");
@@ -549,12 +521,7 @@ fn our_vm_base_kernel_boots_with_nvme_and_the_agent() {
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("run");
     // Builds vm-base if the cache is cold (./x test builds it first).
-    let o = run(&[
-        "run",
-        "../experiments/smoke-vm-base.toml",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_spec(Path::new("../experiments/smoke-vm-base.toml"), &out, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
@@ -626,12 +593,7 @@ device = ["data", "data.ns2", "fast", "vblk"]
 "#,
     );
     let out = t.path().join("run");
-    let o = run(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_spec(&spec, &out, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let m = manifest(&out);
     let devs = &m["guest"]["devices"];
@@ -648,20 +610,8 @@ device = ["data", "data.ns2", "fast", "vblk"]
         devs["vblk"].as_str().unwrap().starts_with("/dev/vd"),
         "{devs}"
     );
-    assert!(
-        m["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p["samples"] == 200)
-    );
-    let argv = m["qemu_argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join(" ");
+    assert!(points(&m).iter().all(|p| p["samples"] == 200));
+    let argv = argv_line(&m["qemu_argv"]);
     assert!(argv.contains("driver=null-co"), "{argv}");
     assert!(
         argv.contains("virtio-blk-pci,drive=vblk2,serial=vblk,logical_block_size=4096"),
@@ -688,30 +638,13 @@ fn flight_between_two_vms_on_a_socket_link() {
             .replace("records_per_stream = 200980", "records_per_stream = 100000"),
     );
     let out = t.path().join("run");
-    let o = run(&[
-        "run",
-        spec.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_spec(&spec, &out, &[]);
     assert!(o.status.success(), "{}", text(&o));
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
     let boot = &m["boots"][0];
-    let client = boot["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let server = boot["server_argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let client = argv_line(&boot["argv"]);
+    let server = argv_line(&boot["server_argv"]);
     assert!(
         server.contains("socket,listen=127.0.0.1:") && client.contains("socket,connect=127.0.0.1:"),
         "{server}\n{client}"
@@ -721,13 +654,10 @@ fn flight_between_two_vms_on_a_socket_link() {
             && server.contains("testbed.net=169.254.10.1/16")
     );
     assert_eq!(boot["hello"]["net"], "eth0 169.254.10.2/16");
-    for p in m["points"].as_array().unwrap() {
+    for p in points(&m) {
         assert!(p["summary"]["mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
         assert_eq!(p["summary"]["records"].as_f64().unwrap(), 100000.0, "{p}");
     }
     assert!(out.join("console-server.log").exists() && out.join("console-client.log").exists());
-    assert!(
-        qemus_mentioning(out.to_str().unwrap()).is_empty(),
-        "both VMs ended"
-    );
+    assert!(qemus_of_run(&out).is_empty(), "both VMs ended");
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use testbed_agent::protocol::DeviceRef;
 
-use super::session::{Fatal, Session};
-use super::{BootError, BootRecord, Executor, OnPoint, PointOutcome};
+use super::session::{Fatal, PointRun, PointsEnded, Session};
+use super::{BootError, BootRecord, Executor, OnPoint};
 use crate::plan::Point;
 use crate::progress::Event;
 use crate::qemu::channel::Channel;
@@ -88,41 +88,16 @@ impl Executor for HostExecutor {
             uname: hello.uname.clone(),
         });
         record.hello = Some(hello);
-        let mut handled = 0;
-        for (i, point) in points.iter().enumerate() {
-            events(Event::PointStarted {
-                id: point.id(),
-                label: point.label(),
-            });
-            let job_id = (u64::from(index) << 32) | i as u64;
-            match session.run_point(job_id, point, &self.devices, self.timeouts.point.0) {
-                Ok(outcome) => {
-                    handled += 1;
-                    record.points.push(point.id());
-                    if let Err(e) = on_point(point, outcome) {
-                        record.ended = format!("stopped: {e}");
-                        break;
-                    }
-                }
-                Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
-                Err(fatal) => {
-                    handled += 1;
-                    record.points.push(point.id());
-                    record.ended = format!("failed at point {}: {fatal}", point.id());
-                    let _ = on_point(
-                        point,
-                        PointOutcome::Failed {
-                            error: fatal.to_string(),
-                        },
-                    );
-                    drop(session);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Ok((record, handled));
-                }
-            }
-        }
-        if record.ended.is_empty() {
+        let run = PointRun {
+            points,
+            devices: &self.devices,
+            timeout: self.timeouts.point.0,
+            peer: None,
+        };
+        let points_ended = session.run_points(&run, &mut record, on_point, events, |fatal| {
+            fatal.to_string()
+        })?;
+        if points_ended == PointsEnded::Completed {
             record.ended = match session.shutdown(Duration::from_secs(10)) {
                 Ok(()) => "shutdown".into(),
                 Err(e) => format!("shutdown: {e}"),
@@ -131,6 +106,8 @@ impl Executor for HostExecutor {
         drop(session);
         let _ = child.kill();
         let _ = child.wait();
+        // Every point that got an outcome is listed in the record.
+        let handled = record.points.len();
         Ok((record, handled))
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use testbed_agent::protocol::{DeviceRef, Hello};
 
-use super::session::{Fatal, Session};
+use super::session::{Fatal, PointRun, PointsEnded, Session};
 use super::{BootError, BootRecord, Executor, OnPoint, PointOutcome};
 use crate::plan::Point;
 use crate::progress::Event;
@@ -58,16 +58,20 @@ pub struct BootedVm {
     pub argv: Vec<String>,
 }
 
+/// Kills QEMU; the error text for a point, with the console digest.
+fn kill_and_describe(vm: &RefCell<VmProcess>, console: &Path, fatal: &Fatal) -> String {
+    vm.borrow_mut().kill();
+    format!(
+        "{fatal}\nlast console lines:\n{}",
+        console_digest(console, 15)
+    )
+}
+
 impl BootedVm {
-    /// Kills QEMU; the error text for a point, with the console digest.
+    /// Ends the conversation and kills QEMU; the error text for a point.
     fn fail(self, fatal: &Fatal) -> String {
-        let console = self.console.clone();
         drop(self.session);
-        self.vm.borrow_mut().kill();
-        format!(
-            "{fatal}\nlast console lines:\n{}",
-            console_digest(&console, 15)
-        )
+        kill_and_describe(&self.vm, &self.console, fatal)
     }
 
     /// Asks the agent to power off; kills QEMU if it does not end by itself.
@@ -170,13 +174,6 @@ fn label(index: u32, role: &str) -> String {
     }
 }
 
-/// The point with "{peer}" replaced in its workload's strings.
-pub fn with_peer(point: &Point, peer: &str) -> Point {
-    let mut p = point.clone();
-    p.workload = crate::plan::substitute_peer(&point.workload, peer);
-    p
-}
-
 impl QemuExecutor {
     fn record(index: u32, vm: &BootedVm) -> BootRecord {
         BootRecord {
@@ -188,6 +185,33 @@ impl QemuExecutor {
             argv: vm.argv.clone(),
             server_argv: None,
         }
+    }
+
+    /// Boots one VM of boot `index` (`role` names its logs), telling
+    /// `events` when it starts and when its agent is ready.
+    fn boot_announced(
+        &self,
+        index: u32,
+        config: &VmConfig,
+        extra: &[String],
+        role: &str,
+        accel: String,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<BootedVm, BootError> {
+        events(Event::BootStarted { index, accel });
+        let vm = boot_vm(
+            config,
+            extra,
+            &self.run_dir,
+            &label(index, role),
+            &self.timeouts,
+        )?;
+        events(Event::BootReady {
+            index,
+            ready_ms: vm.ready_ms,
+            uname: vm.hello.uname.clone(),
+        });
+        Ok(vm)
     }
 
     /// The server VM of a pair: listens on the link, runs the setup job.
@@ -209,22 +233,8 @@ impl QemuExecutor {
             testbed_agent::protocol::CMDLINE_NET,
             pair.server_addr
         ));
-        events(Event::BootStarted {
-            index,
-            accel: format!("{} server", config.accel),
-        });
-        let mut vm = boot_vm(
-            &config,
-            &extra,
-            &self.run_dir,
-            &label(index, "server"),
-            &self.timeouts,
-        )?;
-        events(Event::BootReady {
-            index,
-            ready_ms: vm.ready_ms,
-            uname: vm.hello.uname.clone(),
-        });
+        let accel = format!("{} server", config.accel);
+        let mut vm = self.boot_announced(index, &config, &extra, "server", accel, events)?;
         let job_id = (u64::from(index) << 32) | 0xFFFF_FFFF;
         match vm.session.run_point(
             job_id,
@@ -275,7 +285,7 @@ impl Executor for QemuExecutor {
         let mut server = None;
         let mut config = self.config.clone();
         let mut extra = self.cmdline_extra.clone();
-        let mut peer = String::new();
+        let mut peer = None;
         if let Some(pair) = self.pair.clone() {
             let port = free_port()?;
             server = Some(self.boot_server(index, &pair, port, events)?);
@@ -292,64 +302,38 @@ impl Executor for QemuExecutor {
                 testbed_agent::protocol::CMDLINE_NET,
                 pair.client_addr
             ));
-            peer = pair.server_addr.split('/').next().unwrap_or("").to_string();
+            // The address without its prefix length; none leaves "{peer}" as written.
+            peer = pair
+                .server_addr
+                .split('/')
+                .next()
+                .filter(|addr| !addr.is_empty())
+                .map(str::to_string);
         }
         let role = if server.is_some() { "client" } else { "" };
-        events(Event::BootStarted {
-            index,
-            accel: config.accel.to_string(),
-        });
-        let mut vm = boot_vm(
-            &config,
-            &extra,
-            &self.run_dir,
-            &label(index, role),
-            &self.timeouts,
-        )?;
-        events(Event::BootReady {
-            index,
-            ready_ms: vm.ready_ms,
-            uname: vm.hello.uname.clone(),
-        });
+        let accel = config.accel.to_string();
+        let mut vm = self.boot_announced(index, &config, &extra, role, accel, events)?;
         let mut record = Self::record(index, &vm);
         record.server_argv = server.as_ref().map(|s| s.argv.clone());
-        let mut handled = 0;
-        for (i, point) in points.iter().enumerate() {
-            events(Event::PointStarted {
-                id: point.id(),
-                label: point.label(),
-            });
-            let job_id = (u64::from(index) << 32) | i as u64;
-            let job = if peer.is_empty() {
-                point.clone()
-            } else {
-                with_peer(point, &peer)
-            };
-            match vm
-                .session
-                .run_point(job_id, &job, &self.devices, self.timeouts.point.0)
-            {
-                Ok(outcome) => {
-                    handled += 1;
-                    record.points.push(point.id());
-                    if let Err(e) = on_point(point, outcome) {
-                        record.ended = format!("stopped: {e}");
-                        break;
-                    }
-                }
-                Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
-                Err(fatal) => {
-                    handled += 1;
-                    record.points.push(point.id());
-                    record.ended = format!("failed at point {}: {fatal}", point.id());
-                    let error = vm.fail(&fatal);
-                    let _ = on_point(point, PointOutcome::Failed { error });
-                    if let Some(s) = server {
-                        let _ = s.shutdown();
-                    }
-                    return Ok((record, handled));
-                }
+        let run = PointRun {
+            points,
+            devices: &self.devices,
+            timeout: self.timeouts.point.0,
+            peer: peer.as_deref(),
+        };
+        let points_ended = vm
+            .session
+            .run_points(&run, &mut record, on_point, events, |fatal| {
+                kill_and_describe(&vm.vm, &vm.console, fatal)
+            })?;
+        // Every point that got an outcome is listed in the record.
+        let handled = record.points.len();
+        if points_ended == PointsEnded::Died {
+            drop(vm);
+            if let Some(s) = server {
+                let _ = s.shutdown();
             }
+            return Ok((record, handled));
         }
         let ended = vm.shutdown();
         if record.ended.is_empty() {

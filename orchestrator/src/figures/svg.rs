@@ -54,6 +54,20 @@ fn opacity(attr: &str, c: BackendColor) -> String {
     }
 }
 
+/// `fill="#rrggbb"` with its opacity: the paint of solid shapes and text.
+fn fill_attrs(c: BackendColor) -> String {
+    format!("fill=\"{}\"{}", rgb(c), opacity("fill-opacity", c))
+}
+
+/// `stroke="#rrggbb" stroke-width="…"` with its opacity: lines and outlines.
+fn stroke_attrs(c: BackendColor, width: u32) -> String {
+    format!(
+        "stroke=\"{}\" stroke-width=\"{width}\"{}",
+        rgb(c),
+        opacity("stroke-opacity", c)
+    )
+}
+
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
@@ -83,6 +97,29 @@ fn trim_num(v: f32) -> String {
 }
 
 type Res = Result<(), DrawingErrorKind<SvgError>>;
+
+impl SvgBackend<'_> {
+    /// Writes a visible rectangle or circle: `element` is its tag and
+    /// geometry, followed by a fill, or an outline around nothing.
+    fn closed_shape<S: BackendStyle>(
+        &mut self,
+        s: &S,
+        filled: bool,
+        element: std::fmt::Arguments<'_>,
+    ) -> Res {
+        let c = s.color();
+        if c.alpha <= 0.0 {
+            return Ok(());
+        }
+        let paint = if filled {
+            fill_attrs(c)
+        } else {
+            format!("fill=\"none\" {}", stroke_attrs(c, s.stroke_width()))
+        };
+        let _ = writeln!(self.body, "{element} {paint}/>");
+        Ok(())
+    }
+}
 
 impl DrawingBackend for SvgBackend<'_> {
     type ErrorType = SvgError;
@@ -118,11 +155,10 @@ impl DrawingBackend for SvgBackend<'_> {
         if c.alpha > 0.0 {
             let _ = writeln!(
                 self.body,
-                "<rect x=\"{}\" y=\"{}\" width=\"1\" height=\"1\" fill=\"{}\"{}/>",
+                "<rect x=\"{}\" y=\"{}\" width=\"1\" height=\"1\" {}/>",
                 p.0,
                 p.1,
-                rgb(c),
-                opacity("fill-opacity", c)
+                fill_attrs(c)
             );
         }
         Ok(())
@@ -133,14 +169,12 @@ impl DrawingBackend for SvgBackend<'_> {
         if c.alpha > 0.0 {
             let _ = writeln!(
                 self.body,
-                "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"{}\"{}/>",
+                "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" {}/>",
                 a.0,
                 a.1,
                 b.0,
                 b.1,
-                rgb(c),
-                s.stroke_width(),
-                opacity("stroke-opacity", c)
+                stroke_attrs(c, s.stroke_width())
             );
         }
         Ok(())
@@ -153,29 +187,17 @@ impl DrawingBackend for SvgBackend<'_> {
         s: &S,
         fill: bool,
     ) -> Res {
-        let c = s.color();
-        if c.alpha <= 0.0 {
-            return Ok(());
-        }
-        let paint = if fill {
-            format!("fill=\"{}\"{}", rgb(c), opacity("fill-opacity", c))
-        } else {
-            format!(
-                "fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{}",
-                rgb(c),
-                s.stroke_width(),
-                opacity("stroke-opacity", c)
-            )
-        };
-        let _ = writeln!(
-            self.body,
-            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" {paint}/>",
-            ul.0,
-            ul.1,
-            br.0 - ul.0,
-            br.1 - ul.1
-        );
-        Ok(())
+        self.closed_shape(
+            s,
+            fill,
+            format_args!(
+                "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"",
+                ul.0,
+                ul.1,
+                br.0 - ul.0,
+                br.1 - ul.1
+            ),
+        )
     }
 
     fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
@@ -205,26 +227,14 @@ impl DrawingBackend for SvgBackend<'_> {
         s: &S,
         fill: bool,
     ) -> Res {
-        let c = s.color();
-        if c.alpha <= 0.0 {
-            return Ok(());
-        }
-        let paint = if fill {
-            format!("fill=\"{}\"{}", rgb(c), opacity("fill-opacity", c))
-        } else {
-            format!(
-                "fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{}",
-                rgb(c),
-                s.stroke_width(),
-                opacity("stroke-opacity", c)
-            )
-        };
-        let _ = writeln!(
-            self.body,
-            "<circle cx=\"{}\" cy=\"{}\" r=\"{radius}\" {paint}/>",
-            center.0, center.1
-        );
-        Ok(())
+        self.closed_shape(
+            s,
+            fill,
+            format_args!(
+                "<circle cx=\"{}\" cy=\"{}\" r=\"{radius}\"",
+                center.0, center.1
+            ),
+        )
     }
 
     fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
@@ -236,10 +246,9 @@ impl DrawingBackend for SvgBackend<'_> {
         if c.alpha > 0.0 {
             let _ = writeln!(
                 self.body,
-                "<polygon points=\"{}\" fill=\"{}\"{}/>",
+                "<polygon points=\"{}\" {}/>",
                 points(vert),
-                rgb(c),
-                opacity("fill-opacity", c)
+                fill_attrs(c)
             );
         }
         Ok(())
@@ -261,10 +270,9 @@ impl DrawingBackend for SvgBackend<'_> {
         };
         let _ = writeln!(
             self.body,
-            "<g aria-label=\"{}\" fill=\"{}\"{} transform=\"{transform}\">",
+            "<g aria-label=\"{}\" {} transform=\"{transform}\">",
             escape(text),
-            rgb(c),
-            opacity("fill-opacity", c)
+            fill_attrs(c)
         );
         for (id, pen) in &line.glyphs {
             // Space and other blank glyphs need no element.
