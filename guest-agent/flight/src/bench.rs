@@ -300,44 +300,76 @@ async fn get_stream(
         .await
         .map_err(|s| rpc_err("DoGet", &sh.addr, s))?
         .into_inner();
-    let mut dec = BatchDecoder::new(Some(schema()), sh.cfg.settings.zero_copy_decode);
-    let (mut records, mut batches, mut sum) = (0u64, 0u64, 0u64);
-    let expected_batches = {
-        let (full, tail) = batch_plan(sh.cfg.records_per_stream, sh.cfg.records_per_batch);
-        full + u64::from(tail > 0)
-    };
-    let mut lat = Vec::with_capacity(expected_batches as usize);
+    let mut lat = Vec::with_capacity(batches_per_stream(&sh.cfg) as usize);
     let mut last = t0;
+    let got = receive(&mut input, sh, "DoGet", || {
+        let now = Instant::now();
+        lat.push(now.duration_since(last).as_nanos() as u64);
+        last = now;
+    })
+    .await?;
+    let mut r = received_result(sh, Op::Get, stream, got, t0.elapsed().as_secs_f64())?;
+    r.latencies_ns = lat;
+    Ok(r)
+}
+
+/// What a stream of batches from the server (DoGet, DoExchange) held.
+#[derive(Default)]
+struct Received {
+    records: u64,
+    batches: u64,
+    /// Sum of the batches' checksums; 0 unless verifying.
+    checksum: u64,
+}
+
+/// Reads the server's batches to the end, calling `on_batch` as each one
+/// is decoded (before checksumming, which would skew batch latencies).
+async fn receive(
+    input: &mut tonic::Streaming<FlightData>,
+    sh: &Shared,
+    call: &'static str,
+    mut on_batch: impl FnMut(),
+) -> Result<Received> {
+    let mut dec = BatchDecoder::new(Some(schema()), sh.cfg.settings.zero_copy_decode);
+    let mut got = Received::default();
     while let Some(msg) = input
         .message()
         .await
-        .map_err(|s| rpc_err("DoGet", &sh.addr, s))?
+        .map_err(|s| rpc_err(call, &sh.addr, s))?
     {
         if let Decoded::Batch(b) = dec.decode(&msg)? {
-            let now = Instant::now();
-            lat.push(now.duration_since(last).as_nanos() as u64);
-            last = now;
-            records += b.num_rows() as u64;
-            batches += 1;
+            on_batch();
+            got.records += b.num_rows() as u64;
+            got.batches += 1;
             if sh.cfg.verify {
-                sum = sum.wrapping_add(checksum(&b)?);
+                got.checksum = got.checksum.wrapping_add(checksum(&b)?);
             }
         }
     }
-    let mut r = result(
-        Op::Get,
-        stream,
-        records,
-        batches,
-        t0.elapsed().as_secs_f64(),
-    );
-    r.latencies_ns = lat;
+    Ok(got)
+}
+
+/// The result of a stream that received `got`, checked when verifying.
+fn received_result(
+    sh: &Shared,
+    op: Op,
+    stream: u32,
+    got: Received,
+    seconds: f64,
+) -> Result<StreamResult> {
+    let mut r = result(op, stream, got.records, got.batches, seconds);
     if sh.cfg.verify {
-        expect_records(sh, stream, records)?;
-        expect_checksum(sh, stream, sum)?;
-        r.checksum = Some(sum);
+        expect_records(sh, stream, got.records)?;
+        expect_checksum(sh, stream, got.checksum)?;
+        r.checksum = Some(got.checksum);
     }
     Ok(r)
+}
+
+/// Batches the client sends or asks for per stream (the last may be short).
+fn batches_per_stream(cfg: &BenchConfig) -> u64 {
+    let (full, tail) = batch_plan(cfg.records_per_stream, cfg.records_per_batch);
+    full + u64::from(tail > 0)
 }
 
 /// The messages a DoPut/DoExchange stream sends: schema with the command
@@ -407,10 +439,7 @@ async fn put_stream(
     let summary: Option<PutSummary> = serde_json::from_slice(&first.app_metadata).ok();
     let (records, batches) = match &summary {
         Some(s) => (s.records, s.batches),
-        None => {
-            let (full, tail) = batch_plan(sh.cfg.records_per_stream, sh.cfg.records_per_batch);
-            (sh.cfg.records_per_stream, full + u64::from(tail > 0))
-        }
+        None => (sh.cfg.records_per_stream, batches_per_stream(&sh.cfg)),
     };
     // A short upload (an encode failure ends the stream early) is an error
     // whenever the server says what it got.
@@ -444,34 +473,8 @@ async fn exchange_stream(
         .await
         .map_err(|s| rpc_err("DoExchange", &sh.addr, s))?
         .into_inner();
-    let mut dec = BatchDecoder::new(Some(schema()), sh.cfg.settings.zero_copy_decode);
-    let (mut records, mut batches, mut sum) = (0u64, 0u64, 0u64);
-    while let Some(msg) = input
-        .message()
-        .await
-        .map_err(|s| rpc_err("DoExchange", &sh.addr, s))?
-    {
-        if let Decoded::Batch(b) = dec.decode(&msg)? {
-            records += b.num_rows() as u64;
-            batches += 1;
-            if sh.cfg.verify {
-                sum = sum.wrapping_add(checksum(&b)?);
-            }
-        }
-    }
-    let mut r = result(
-        Op::Exchange,
-        stream,
-        records,
-        batches,
-        t0.elapsed().as_secs_f64(),
-    );
-    if sh.cfg.verify {
-        expect_records(sh, stream, records)?;
-        expect_checksum(sh, stream, sum)?;
-        r.checksum = Some(sum);
-    }
-    Ok(r)
+    let got = receive(&mut input, sh, "DoExchange", || {}).await?;
+    received_result(sh, Op::Exchange, stream, got, t0.elapsed().as_secs_f64())
 }
 
 /// The ticket a pyarrow client would send for stream `s` (used by tests).

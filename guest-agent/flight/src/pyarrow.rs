@@ -88,13 +88,8 @@ pub struct ChildServer {
 }
 
 impl ChildServer {
-    pub fn spawn(mut cmd: Command, timeout: Duration) -> Result<Self> {
-        let shown = format!("{cmd:?}");
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| FlightError::io(format!("spawn {shown}"), e))?;
+    pub fn spawn(cmd: Command, timeout: Duration) -> Result<Self> {
+        let (mut child, shown) = spawn_piped(cmd)?;
         let stdout = child.stdout.take();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -136,6 +131,18 @@ impl ChildServer {
     }
 }
 
+/// Spawns `cmd` with stdout and stderr piped to us; also returns the
+/// command as shown in errors.
+fn spawn_piped(mut cmd: Command) -> Result<(Child, String)> {
+    let shown = format!("{cmd:?}");
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| FlightError::io(format!("spawn {shown}"), e))?;
+    Ok((child, shown))
+}
+
 impl Drop for ChildServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -145,13 +152,8 @@ impl Drop for ChildServer {
 
 /// Runs a command that prints JSON lines; fails with its stderr if it
 /// exits non-zero or outlives `timeout`.
-pub fn run_json_lines(mut cmd: Command, timeout: Duration) -> Result<Vec<serde_json::Value>> {
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| FlightError::io(format!("spawn {shown}"), e))?;
+pub fn run_json_lines(cmd: Command, timeout: Duration) -> Result<Vec<serde_json::Value>> {
+    let (mut child, shown) = spawn_piped(cmd)?;
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut s = String::new();

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use super::{JobContext, ParamError, Summary, WorkloadError};
+use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
 use crate::protocol::DeviceRef;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,18 +57,18 @@ const ASYNC_ENGINES: &[&str] = &["libaio", "io_uring"];
 #[serde(deny_unknown_fields)]
 pub struct FioParams {
     pub device: String,
-    #[serde(default = "default_block_size")]
+    #[serde(default = "defaults::block_size")]
     pub block_size: u32,
     /// Random offsets are multiples of this (fio `blockalign`).
-    #[serde(default = "default_align")]
+    #[serde(default = "defaults::align")]
     pub align: u32,
     #[serde(default)]
     pub rw: FioRw,
-    #[serde(default = "one")]
+    #[serde(default = "defaults::one_u32")]
     pub iodepth: u32,
-    #[serde(default = "one")]
+    #[serde(default = "defaults::one_u32")]
     pub numjobs: u32,
-    #[serde(default = "default_ioengine")]
+    #[serde(default = "defaults::fio_ioengine")]
     pub ioengine: String,
     /// Run for this long (time based); excludes `ios`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,18 +87,6 @@ pub struct FioParams {
     pub gtod_reduce: bool,
 }
 
-fn default_block_size() -> u32 {
-    512
-}
-fn default_align() -> u32 {
-    4096
-}
-fn one() -> u32 {
-    1
-}
-fn default_ioengine() -> String {
-    "psync".into()
-}
 const DEFAULT_IOS: u64 = 2000;
 
 impl FioParams {

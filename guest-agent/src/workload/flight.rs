@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{JobContext, ParamError, Summary, WorkloadError, latency_summary};
+use super::{JobContext, ParamError, Summary, WorkloadError, defaults, latency_summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -61,7 +61,7 @@ pub enum Role {
 pub struct FlightBulkParams {
     #[serde(default)]
     pub operation: Operation,
-    #[serde(default = "one")]
+    #[serde(default = "defaults::one_u32")]
     pub streams: u32,
     /// Concurrent client workers; 0 = one per stream (the paper's streams = threads).
     #[serde(default)]
@@ -97,9 +97,6 @@ pub struct FlightBulkParams {
     pub timeout_seconds: u64,
 }
 
-fn one() -> u32 {
-    1
-}
 fn default_records() -> u64 {
     200_980
 }
@@ -668,7 +665,7 @@ pub struct FlightQueryParams {
     #[serde(default = "default_query_clients")]
     pub clients: Vec<String>,
     /// Fetches per client within the job (one cluster, one load).
-    #[serde(default = "one")]
+    #[serde(default = "defaults::one_u32")]
     pub repetitions: u32,
     /// Rows per Arrow batch (Flight SQL) and per ODBC block.
     #[serde(default = "default_batch_rows")]

@@ -5,6 +5,7 @@
 //! tested and benchmarked on the host; the agent only dispatches to it.
 
 pub mod btree;
+pub mod defaults;
 pub mod fault;
 pub mod fio;
 pub mod flight;

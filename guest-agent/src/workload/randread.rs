@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{JobContext, ParamError, Summary, WorkloadError, latency_summary};
+use super::{JobContext, ParamError, Summary, WorkloadError, defaults, latency_summary};
 use crate::protocol::DeviceRef;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,12 +19,12 @@ pub struct RandReadParams {
     /// Name of the device (a `[[devices]]` entry) to read from.
     pub device: String,
     /// Bytes per read; a multiple of the device's logical block size.
-    #[serde(default = "default_block_size")]
+    #[serde(default = "defaults::block_size")]
     pub block_size: u32,
     /// Offsets are multiples of this (4096 as in the HotOS benchmark).
-    #[serde(default = "default_align")]
+    #[serde(default = "defaults::align")]
     pub align: u32,
-    #[serde(default = "default_threads")]
+    #[serde(default = "defaults::one_u32")]
     pub threads: u32,
     /// Measured reads per thread.
     #[serde(default = "default_reads")]
@@ -34,15 +34,6 @@ pub struct RandReadParams {
     pub warmup_reads: u64,
 }
 
-fn default_block_size() -> u32 {
-    512
-}
-fn default_align() -> u32 {
-    4096
-}
-fn default_threads() -> u32 {
-    1
-}
 fn default_reads() -> u64 {
     1000
 }

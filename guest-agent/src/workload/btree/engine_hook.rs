@@ -6,8 +6,6 @@
 //! where the chain ended against what the tree (or generator) dictates.
 //! The kernel does not time single hops, so only lookup latency is kept.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -16,8 +14,9 @@ use rand_chacha::ChaCha8Rng;
 
 use super::layout::{VALUE_SIZE, value_bytes};
 use super::lookup::{Plan, TreePlan};
-use super::recorder::Recorder;
+use super::recorder::{Recorder, ns_since};
 use super::synthetic::Chain;
+use super::target::{Target, direct_buf};
 use crate::bpf::abi::{
     self, BPF_PROG_TYPE_STORAGE_CHAIN, CHAINED_READ_NVME, CHAINED_READ_SYSCALL, ChainArgs, Scratch,
     bt, sc,
@@ -25,7 +24,7 @@ use crate::bpf::abi::{
 use crate::bpf::chain::chained_read;
 use crate::bpf::prog::Program;
 use crate::workload::WorkloadError;
-use crate::workload::randread::{AlignedBuf, open_direct};
+use crate::workload::randread::AlignedBuf;
 
 /// Where the programs are in the guest image; `TESTBED_BPF_DIR` overrides.
 pub const BPF_DIR: &str = "/lib/testbed/bpf";
@@ -233,11 +232,10 @@ pub fn syscall_error(path: &str, e: std::io::Error) -> WorkloadError {
 
 /// `syscall-hook` / `nvme-hook`: synchronous, one lookup at a time.
 pub struct HookEngine {
-    file: File,
+    target: Target,
     prog: Program,
     buf: AlignedBuf,
     mode: HookMode,
-    path: String,
     /// Reads done in the kernel since the last `take_kernel_hops`.
     kernel_hops: u64,
 }
@@ -245,11 +243,10 @@ pub struct HookEngine {
 impl HookEngine {
     pub fn open(path: &str, plan: &Plan, mode: HookMode) -> Result<Self, WorkloadError> {
         Ok(HookEngine {
-            file: open_direct(path)?,
+            target: Target::open(path)?,
             prog: load_program(plan)?,
-            buf: AlignedBuf::new(read_size(plan), 4096)?,
+            buf: direct_buf(read_size(plan))?,
             mode,
-            path: path.to_string(),
             kernel_hops: 0,
         })
     }
@@ -270,10 +267,10 @@ impl HookEngine {
         for _ in 0..n {
             let mut job = begin(plan, rng);
             let buf = self.buf.as_mut_slice();
-            let mut args = job.args(self.file.as_raw_fd(), self.prog.fd(), buf, self.mode);
+            let mut args = job.args(self.target.fd(), self.prog.fd(), buf, self.mode);
             let started = Instant::now();
-            let read = chained_read(&mut args).map_err(|e| syscall_error(&self.path, e))?;
-            let ns = started.elapsed().as_nanos() as u64;
+            let read = chained_read(&mut args).map_err(|e| syscall_error(&self.target.path, e))?;
+            let ns = ns_since(started);
             let hops = job.verify(read, &args, self.buf.as_slice(), seed)?;
             self.kernel_hops += u64::from(hops);
             rec.record(ns, &[]);

@@ -3,23 +3,17 @@
 //! (closed loop); a finished lookup's slot starts a new one. Registered
 //! buffers and SQPOLL are options.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use io_uring::{IoUring, opcode, squeue, types};
+use io_uring::{opcode, squeue, types};
 use rand_chacha::ChaCha8Rng;
 
-use super::engine_read::short_read;
 use super::lookup::{Lookup, MAX_HOPS, Plan};
-use super::recorder::Recorder;
+use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
+use super::recorder::{Recorder, ns_since};
+use super::target::{Target, direct_buf};
 use crate::workload::WorkloadError;
-use crate::workload::randread::{AlignedBuf, open_direct};
-
-/// How long an idle SQPOLL thread spins before sleeping, ms.
-const SQPOLL_IDLE_MS: u32 = 2000;
-/// Registered buffer indexes are u16, and bigger batches make no sense here.
-pub const MAX_BATCH: u32 = 4096;
+use crate::workload::randread::AlignedBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UringOptions {
@@ -38,34 +32,25 @@ struct Slot {
 // Field order matters: the ring is dropped (closed) before the buffers it
 // may still reference are freed.
 pub struct UringEngine {
-    ring: IoUring,
-    file: File,
+    ring: LookupRing,
+    target: Target,
     bufs: Vec<AlignedBuf>,
+    slots: Vec<Option<Slot>>,
     opts: UringOptions,
-    path: String,
-    reaped: Vec<(u64, i32)>,
 }
 
 impl UringEngine {
     pub fn open(path: &str, plan: &Plan, opts: UringOptions) -> Result<Self, WorkloadError> {
-        let batch = opts.batch.clamp(1, MAX_BATCH);
-        let mut builder = IoUring::builder();
-        if opts.sqpoll {
-            builder.setup_sqpoll(SQPOLL_IDLE_MS);
-        }
-        let ring = builder
-            .build(batch.next_power_of_two())
-            .map_err(|e| WorkloadError::io("io_uring_setup", e))?;
+        let (ring, batch) = LookupRing::new(opts.batch, opts.sqpoll)?;
         let bufs = (0..batch)
-            .map(|_| AlignedBuf::new(plan.max_io_len(), 4096))
+            .map(|_| direct_buf(plan.max_io_len()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut engine = UringEngine {
             ring,
-            file: open_direct(path)?,
+            target: Target::open(path)?,
             bufs,
+            slots: (0..batch).map(|_| None).collect(),
             opts: UringOptions { batch, ..opts },
-            path: path.to_string(),
-            reaped: Vec::with_capacity(batch as usize),
         };
         if opts.registered_buffers {
             let iovecs: Vec<libc::iovec> = engine
@@ -81,8 +66,7 @@ impl UringEngine {
                 .collect();
             // SAFETY: the buffers live in `engine.bufs`, are never reallocated,
             // and are freed only after the ring is closed (field order).
-            unsafe { engine.ring.submitter().register_buffers(&iovecs) }
-                .map_err(|e| WorkloadError::io("io_uring register buffers", e))?;
+            unsafe { engine.ring.register_buffers(&iovecs) }?;
         }
         Ok(engine)
     }
@@ -95,126 +79,19 @@ impl UringEngine {
         n: u64,
         rec: &mut Recorder,
     ) -> Result<(), WorkloadError> {
-        let hops = plan.ios_per_lookup() as usize;
-        let width = u64::from(self.opts.batch).min(n) as usize;
-        let mut slots: Vec<Option<Slot>> = (0..width).map(|_| None).collect();
-        let mut started = 0u64;
-        let mut inflight = 0usize;
-        let mut failure: Option<WorkloadError> = None;
-        for s in 0..width {
-            if let Err(e) = self.start(plan, rng, s, &mut slots) {
-                failure = Some(e);
-                break;
-            }
-            started += 1;
-            inflight += 1;
-        }
-        // After a failure keep reaping until nothing is in flight: the kernel
-        // may still write into our buffers.
-        while inflight > 0 {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => {
-                    // The ring is unusable; leak the buffers rather than free
-                    // memory the kernel might still write.
-                    std::mem::forget(std::mem::take(&mut self.bufs));
-                    return Err(WorkloadError::io("io_uring_enter", e));
-                }
-            }
-            self.reaped.clear();
-            self.reaped
-                .extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
-            for i in 0..self.reaped.len() {
-                let (slot, res) = self.reaped[i];
-                inflight -= 1;
-                if failure.is_some() {
-                    continue;
-                }
-                match self.complete(plan, slot as usize, res, &mut slots) {
-                    Ok(false) => inflight += 1,
-                    Ok(true) => {
-                        if let Some(done) = slots[slot as usize].take() {
-                            rec.record(
-                                done.started.elapsed().as_nanos() as u64,
-                                &done.hop_ns[..hops],
-                            );
-                        }
-                        if started < n {
-                            match self.start(plan, rng, slot as usize, &mut slots) {
-                                Ok(()) => {
-                                    started += 1;
-                                    inflight += 1;
-                                }
-                                Err(e) => failure = Some(e),
-                            }
-                        }
-                    }
-                    Err(e) => failure = Some(e),
-                }
-            }
-        }
-        failure.map_or(Ok(()), Err)
-    }
-
-    /// Begins a new lookup in `slot` and queues its first read.
-    fn start(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        slot: usize,
-        slots: &mut [Option<Slot>],
-    ) -> Result<(), WorkloadError> {
-        let now = Instant::now();
-        slots[slot] = Some(Slot {
-            lookup: plan.begin(rng),
-            started: now,
-            hop_started: now,
-            hop_ns: [0; MAX_HOPS],
-        });
-        self.push(slot, slots)
-    }
-
-    /// Handles one completion; true when the slot's lookup finished,
-    /// false when its next read was queued.
-    fn complete(
-        &mut self,
-        plan: &Plan,
-        slot: usize,
-        res: i32,
-        slots: &mut [Option<Slot>],
-    ) -> Result<bool, WorkloadError> {
-        let s = slots
-            .get_mut(slot)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| WorkloadError::Other(format!("completion for idle slot {slot}")))?;
-        s.hop_ns[s.lookup.hop as usize] = s.hop_started.elapsed().as_nanos() as u64;
-        let io = s.lookup.io;
-        if res < 0 {
-            return Err(WorkloadError::io(
-                format!("io_uring read {} at {}", self.path, io.offset),
-                std::io::Error::from_raw_os_error(-res),
-            ));
-        }
-        if res as usize != io.len {
-            return Err(short_read(&self.path, io.offset, res as usize, io.len));
-        }
-        let data = &self.bufs[slot].as_slice()[..io.len];
-        if plan.advance(&mut s.lookup, data)? {
-            return Ok(true);
-        }
-        s.hop_started = Instant::now();
-        self.push(slot, slots).map(|()| false)
+        let slots = self.slots.len();
+        run_closed_loop(self, slots, plan, rng, n, rec)
     }
 
     /// Queues the read the lookup in `slot` asks for.
-    fn push(&mut self, slot: usize, slots: &[Option<Slot>]) -> Result<(), WorkloadError> {
-        let io = slots
+    fn push(&mut self, slot: usize) -> Result<(), WorkloadError> {
+        let io = self
+            .slots
             .get(slot)
             .and_then(Option::as_ref)
             .map(|s| s.lookup.io)
             .ok_or_else(|| WorkloadError::Other(format!("push for idle slot {slot}")))?;
-        let fd = types::Fd(self.file.as_raw_fd());
+        let fd = types::Fd(self.target.fd());
         let ptr = self.bufs[slot].as_mut_slice().as_mut_ptr();
         let entry: squeue::Entry = if self.opts.registered_buffers {
             opcode::ReadFixed::new(fd, ptr, io.len as u32, slot as u16)
@@ -226,8 +103,68 @@ impl UringEngine {
                 .build()
         };
         // SAFETY: the buffer belongs to this slot alone and outlives the read:
-        // `run` reaps every queued read before returning.
-        unsafe { self.ring.submission().push(&entry.user_data(slot as u64)) }
-            .map_err(|_| WorkloadError::Other("io_uring submission queue full".into()))
+        // the closed loop reaps every queued read before returning.
+        unsafe { self.ring.push(&entry.user_data(slot as u64)) }
+    }
+}
+
+impl SlotEngine for UringEngine {
+    fn ring(&mut self) -> &mut LookupRing {
+        &mut self.ring
+    }
+
+    fn start(
+        &mut self,
+        plan: &Plan,
+        rng: &mut ChaCha8Rng,
+        slot: usize,
+    ) -> Result<(), WorkloadError> {
+        let now = Instant::now();
+        self.slots[slot] = Some(Slot {
+            lookup: plan.begin(rng),
+            started: now,
+            hop_started: now,
+            hop_ns: [0; MAX_HOPS],
+        });
+        self.push(slot)
+    }
+
+    fn complete(
+        &mut self,
+        plan: &Plan,
+        slot: usize,
+        res: i32,
+        rec: &mut Recorder,
+    ) -> Result<bool, WorkloadError> {
+        let s = self
+            .slots
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| WorkloadError::Other(format!("completion for idle slot {slot}")))?;
+        s.hop_ns[s.lookup.hop as usize] = ns_since(s.hop_started);
+        let io = s.lookup.io;
+        if res < 0 {
+            return Err(WorkloadError::io(
+                format!("io_uring read {} at {}", self.target.path, io.offset),
+                std::io::Error::from_raw_os_error(-res),
+            ));
+        }
+        if res as usize != io.len {
+            return Err(self.target.short_read(io.offset, res as usize, io.len));
+        }
+        let data = &self.bufs[slot].as_slice()[..io.len];
+        if plan.advance(&mut s.lookup, data)? {
+            if let Some(done) = self.slots[slot].take() {
+                let hops = plan.ios_per_lookup() as usize;
+                rec.record(ns_since(done.started), &done.hop_ns[..hops]);
+            }
+            return Ok(true);
+        }
+        s.hop_started = Instant::now();
+        self.push(slot).map(|()| false)
+    }
+
+    fn abandon_slots(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.bufs));
     }
 }

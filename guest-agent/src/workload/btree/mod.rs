@@ -17,6 +17,7 @@ pub mod hook_report;
 pub mod kernel_log;
 pub mod layout;
 pub mod lookup;
+pub mod lookup_ring;
 pub mod nvme_admin;
 pub mod params;
 pub mod recorder;
@@ -24,6 +25,7 @@ pub mod report;
 pub mod runner;
 pub mod safety;
 pub mod synthetic;
+pub mod target;
 
 pub use params::{BtreeParams, BuildPolicy, Engine, Mode};
 

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::descriptor::{DESCRIPTOR_SIZE, descriptor_offset};
-use super::engine_uring::MAX_BATCH;
 use super::layout::{Layout, MAX_DEPTH, fanout, max_keys};
 use super::lookup::{Plan, TreePlan};
+use super::lookup_ring::MAX_BATCH;
 use super::synthetic::Chain;
 use crate::protocol::DeviceRef;
-use crate::workload::ParamError;
+use crate::workload::{ParamError, defaults};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -102,10 +102,10 @@ pub struct BtreeParams {
     /// Keys in the tree; default: fanout^depth, capped by the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<u64>,
-    #[serde(default = "one_u32")]
+    #[serde(default = "defaults::one_u32")]
     pub threads: u32,
     /// io-uring lookups in flight per thread.
-    #[serde(default = "one_u32")]
+    #[serde(default = "defaults::one_u32")]
     pub batch: u32,
     /// Measured lookups per thread and engine.
     #[serde(default = "default_lookups")]
@@ -116,14 +116,14 @@ pub struct BtreeParams {
     #[serde(default)]
     pub build: BuildPolicy,
     /// Seed of the value bytes; part of the tree's identity for reuse.
-    #[serde(default = "one_u64")]
+    #[serde(default = "defaults::one_u64")]
     pub tree_seed: u64,
     #[serde(default)]
     pub registered_buffers: bool,
     #[serde(default)]
     pub sqpoll: bool,
     /// Keep every Nth lookup (and its hops) as raw samples.
-    #[serde(default = "one_u64")]
+    #[serde(default = "defaults::one_u64")]
     pub sample_every: u64,
     /// With several engines: lookups per thread in one engine's turn.
     #[serde(default = "default_block")]
@@ -144,7 +144,7 @@ pub struct BtreeParams {
     #[serde(default = "default_fio_rounds")]
     pub fio_rounds: u32,
     /// fio's I/O engine for the peer (a synchronous one: QD1).
-    #[serde(default = "default_fio_ioengine")]
+    #[serde(default = "defaults::fio_ioengine")]
     pub fio_ioengine: String,
     /// fio `gtod_reduce` for the peer: IOPS only, no per-I/O clock reads.
     #[serde(default)]
@@ -164,12 +164,6 @@ fn default_depth() -> u32 {
 fn default_node_size() -> u32 {
     512
 }
-fn one_u32() -> u32 {
-    1
-}
-fn one_u64() -> u64 {
-    1
-}
 fn default_lookups() -> u64 {
     1000
 }
@@ -181,9 +175,6 @@ fn default_block() -> u64 {
 }
 fn default_fio_rounds() -> u32 {
     4
-}
-fn default_fio_ioengine() -> String {
-    "psync".into()
 }
 
 /// What the run needs beyond the parameters: the plan and where it lives.

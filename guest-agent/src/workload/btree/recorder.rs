@@ -2,6 +2,8 @@
 //! lookup; raw samples keep lookup `i` when `i % sample_every == 0`, together
 //! with that lookup's hops, so memory stays bounded for long runs.
 
+use std::time::Instant;
+
 use hdrhistogram::Histogram;
 
 use crate::workload::WorkloadError;
@@ -52,6 +54,11 @@ impl Recorder {
             .copied()
             .collect()
     }
+}
+
+/// Nanoseconds since `t`, the unit every engine records lookups and hops in.
+pub fn ns_since(t: Instant) -> u64 {
+    t.elapsed().as_nanos() as u64
 }
 
 #[cfg(test)]

@@ -1,0 +1,146 @@
+//! The closed loop both io_uring engines run: up to `batch` lookups in
+//! flight on one ring, each completion handled at once, a finished lookup's
+//! slot starting the next. The loop keeps the rule that makes the engines'
+//! unsafe code sound: every queued request is reaped before `run` returns,
+//! even after a failure, because the kernel may still write into the
+//! request's memory; and if the ring breaks, that memory is leaked.
+
+use io_uring::{IoUring, squeue};
+use rand_chacha::ChaCha8Rng;
+
+use super::lookup::Plan;
+use super::recorder::Recorder;
+use crate::workload::WorkloadError;
+
+/// Registered buffer indexes are u16, and bigger batches make no sense here.
+pub const MAX_BATCH: u32 = 4096;
+/// How long an idle SQPOLL thread spins before sleeping, ms.
+const SQPOLL_IDLE_MS: u32 = 2000;
+
+/// A ring and the completions of its last reap.
+pub struct LookupRing {
+    ring: IoUring,
+    reaped: Vec<(u64, i32)>,
+}
+
+impl LookupRing {
+    /// A ring for `batch` requests in flight, clamped to 1..=MAX_BATCH;
+    /// returns the clamped batch too. `sqpoll` has a kernel thread poll the
+    /// submission queue.
+    pub fn new(batch: u32, sqpoll: bool) -> Result<(Self, u32), WorkloadError> {
+        let batch = batch.clamp(1, MAX_BATCH);
+        let mut builder = IoUring::builder();
+        if sqpoll {
+            builder.setup_sqpoll(SQPOLL_IDLE_MS);
+        }
+        let ring = builder
+            .build(batch.next_power_of_two())
+            .map_err(|e| WorkloadError::io("io_uring_setup", e))?;
+        let reaped = Vec::with_capacity(batch as usize);
+        Ok((LookupRing { ring, reaped }, batch))
+    }
+
+    /// Registers `iovecs` as the ring's fixed buffers (for `ReadFixed`).
+    ///
+    /// # Safety
+    /// The buffers must stay valid and unmoved until the ring is dropped.
+    pub unsafe fn register_buffers(&self, iovecs: &[libc::iovec]) -> Result<(), WorkloadError> {
+        // SAFETY: the caller keeps the buffers alive as long as the ring.
+        unsafe { self.ring.submitter().register_buffers(iovecs) }
+            .map_err(|e| WorkloadError::io("io_uring register buffers", e))
+    }
+
+    /// Queues `entry`; it is submitted by the loop's next `submit_and_wait`.
+    ///
+    /// # Safety
+    /// Whatever `entry` points to must stay valid until its completion is
+    /// reaped.
+    pub unsafe fn push(&mut self, entry: &squeue::Entry) -> Result<(), WorkloadError> {
+        // SAFETY: the caller keeps the entry's memory alive until reaped.
+        unsafe { self.ring.submission().push(entry) }
+            .map_err(|_| WorkloadError::Other("io_uring submission queue full".into()))
+    }
+}
+
+/// An engine whose lookups run in numbered slots on a [`LookupRing`]; the
+/// slot number is each request's user data.
+pub trait SlotEngine {
+    fn ring(&mut self) -> &mut LookupRing;
+    /// Begins a new lookup in `slot` and queues its first request.
+    fn start(
+        &mut self,
+        plan: &Plan,
+        rng: &mut ChaCha8Rng,
+        slot: usize,
+    ) -> Result<(), WorkloadError>;
+    /// Handles the completion `res` of `slot`: true when its lookup finished
+    /// (and was recorded in `rec`), false when its next request was queued.
+    fn complete(
+        &mut self,
+        plan: &Plan,
+        slot: usize,
+        res: i32,
+        rec: &mut Recorder,
+    ) -> Result<bool, WorkloadError>;
+    /// The ring broke with requests in flight: leak the memory they may
+    /// still write rather than free it.
+    fn abandon_slots(&mut self);
+}
+
+/// Runs `n` lookups, at most `slots` in flight.
+pub fn run_closed_loop<E: SlotEngine>(
+    engine: &mut E,
+    slots: usize,
+    plan: &Plan,
+    rng: &mut ChaCha8Rng,
+    n: u64,
+    rec: &mut Recorder,
+) -> Result<(), WorkloadError> {
+    let width = (slots as u64).min(n) as usize;
+    let mut started = 0u64;
+    let mut inflight = 0usize;
+    let mut failure: Option<WorkloadError> = None;
+    for s in 0..width {
+        if let Err(e) = engine.start(plan, rng, s) {
+            failure = Some(e);
+            break;
+        }
+        started += 1;
+        inflight += 1;
+    }
+    // After a failure keep reaping until nothing is in flight.
+    while inflight > 0 {
+        let ring = engine.ring();
+        match ring.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => {
+                engine.abandon_slots();
+                return Err(WorkloadError::io("io_uring_enter", e));
+            }
+        }
+        ring.reaped.clear();
+        ring.reaped
+            .extend(ring.ring.completion().map(|c| (c.user_data(), c.result())));
+        for i in 0..engine.ring().reaped.len() {
+            let (slot, res) = engine.ring().reaped[i];
+            inflight -= 1;
+            if failure.is_some() {
+                continue;
+            }
+            match engine.complete(plan, slot as usize, res, rec) {
+                Ok(false) => inflight += 1,
+                Ok(true) if started < n => match engine.start(plan, rng, slot as usize) {
+                    Ok(()) => {
+                        started += 1;
+                        inflight += 1;
+                    }
+                    Err(e) => failure = Some(e),
+                },
+                Ok(true) => {}
+                Err(e) => failure = Some(e),
+            }
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
