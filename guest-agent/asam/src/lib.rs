@@ -12,6 +12,8 @@ pub mod sam_text;
 pub mod schema;
 pub mod sort;
 pub mod store;
+#[cfg(test)]
+mod testdata;
 pub mod tools;
 
 use std::path::PathBuf;

@@ -159,3 +159,64 @@ fn with_row(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sam_text::to_sam_string;
+    use crate::schema::Columns;
+    use crate::testdata::{HEADER, rec};
+
+    /// Records grouped by reference (as the batches are), covering "=",
+    /// a mate on another reference, MAPQ 255, "*" fields and tags.
+    fn handcrafted() -> String {
+        let lines = [
+            rec("r1", 99, "chr1", 100, "5S5M", "=", 300, 'I'),
+            "r2\t97\tchr1\t7\t255\t3M1I2D6M\tchr2\t50\t-12\tACGTACGTAC\t*\tNM:i:1\tXA:Z:chr2,+5,10M,0;".to_string(),
+            rec("r1", 147, "chr1", 300, "10M", "=", 100, '#'),
+            rec("r2", 145, "chr2", 50, "10M", "chr1", 7, '5'),
+            "r3\t4\t*\t0\t0\t*\t*\t0\t0\t*\t*".to_string(),
+            rec("r4", 77, "*", 0, "*", "*", 0, 'A'),
+        ];
+        format!("{HEADER}{}\n", lines.join("\n"))
+    }
+
+    #[test]
+    fn sam_to_arrow_to_sam_is_the_identity() {
+        let text = handcrafted();
+        let t = parse_sam(text.as_bytes(), Path::new("handcrafted.sam")).unwrap();
+        assert_eq!(t.reference_names, ["chr1", "chr2"]);
+        assert_eq!(
+            t.batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+            [3, 1, 2]
+        );
+        let c = Columns::of(&t.batches[0]).unwrap();
+        let r2 = c.row(1);
+        assert_eq!(
+            (r2.rid, r2.pos, r2.mapq, r2.rnext_id, r2.pnext, r2.tlen),
+            (0, 7, 255, 1, 50, -12)
+        );
+        assert_eq!(r2.qual, "*");
+        assert_eq!(to_sam_string(&t).unwrap(), text);
+    }
+
+    #[test]
+    fn the_store_returns_what_was_put() {
+        let text = handcrafted();
+        let t = parse_sam(text.as_bytes(), Path::new("handcrafted.sam")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.arrow");
+        crate::store::put(&path, &crate::schema::schema(), &t.batches).unwrap();
+        let back = crate::store::get(&path).unwrap();
+        assert_eq!(back, t.batches);
+    }
+
+    #[test]
+    fn a_bad_record_names_the_file_and_line() {
+        let text = format!("{HEADER}r1\t99\tchr9\t100\t60\t10M\t=\t1\t0\tA\tI\n");
+        let e = parse_sam(text.as_bytes(), Path::new("bad.sam"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bad.sam") && e.contains("record 5"), "{e}");
+    }
+}

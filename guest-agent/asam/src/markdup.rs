@@ -266,3 +266,128 @@ fn pair_duplicates(ends: &[End<'_>]) -> Vec<(usize, usize)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::load::parse_sam;
+    use crate::sort::sort_batches;
+    use crate::testdata::{HEADER, pair, rec};
+
+    /// Duplicate bit of each (qname, flags) after load, sort and markdup.
+    fn marked(lines: &[String]) -> BTreeMap<(String, i32), bool> {
+        let text = format!("{HEADER}{}\n", lines.join("\n"));
+        let t = parse_sam(text.as_bytes(), Path::new("test.sam")).unwrap();
+        let sorted = sort_batches(&t.batches, 2).unwrap();
+        let m = mark_duplicates(&sorted, &t.header_text, 2).unwrap();
+        let mut out = BTreeMap::new();
+        for (b, f) in sorted.iter().zip(&m.flags) {
+            let c = Columns::of(b).unwrap();
+            for i in 0..b.num_rows() {
+                let key = (c.qnames.value(i).to_string(), c.flags.value(i));
+                assert!(out.insert(key, f.value(i) & flag::DUPLICATE != 0).is_none());
+            }
+        }
+        assert_eq!(m.duplicates, out.values().filter(|&&d| d).count());
+        out
+    }
+
+    fn dups(m: &BTreeMap<(String, i32), bool>) -> Vec<&str> {
+        m.iter()
+            .filter(|(_, d)| **d)
+            .map(|((n, _), _)| n.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_pair_with_the_higher_quality_sum_survives() {
+        // 'I' = 40, '5' = 20: a_low sorts first but scores lower.
+        let mut lines = Vec::new();
+        lines.extend(pair("a_low", 100, 300, '5'));
+        lines.extend(pair("b_high", 100, 300, 'I'));
+        lines.extend(pair("other", 101, 300, '5'));
+        assert_eq!(dups(&marked(&lines)), ["a_low", "a_low"]);
+    }
+
+    #[test]
+    fn on_equal_scores_the_first_in_coordinate_order_survives() {
+        let mut lines = Vec::new();
+        lines.extend(pair("t2", 100, 300, 'I'));
+        lines.extend(pair("t1", 100, 300, 'I'));
+        assert_eq!(dups(&marked(&lines)), ["t2", "t2"]);
+    }
+
+    #[test]
+    fn qualities_below_15_do_not_count() {
+        // x: 10 × 15 = 150 per read. y: 3 × 40 = 120 counted (7 × 13 not),
+        // 211 if every base counted. Picard keeps x.
+        let y = |flags, pos, pnext| {
+            rec("y", flags, "chr1", pos, "10M", "=", pnext, 'I').replace("IIIIIIIIII", "III.......")
+        };
+        let mut lines: Vec<String> = pair("x", 100, 300, '0').into();
+        lines.push(y(99, 100, 300));
+        lines.push(y(147, 300, 100));
+        assert_eq!(dups(&marked(&lines)), ["y", "y"]);
+    }
+
+    #[test]
+    fn a_fragment_at_a_pair_end_is_a_duplicate_and_the_pair_is_not() {
+        let mut lines: Vec<String> = pair("p", 100, 300, '5').into();
+        // Mate unmapped: a fragment, with better qualities than the pair.
+        lines.push(rec("f", 73, "chr1", 100, "10M", "=", 100, 'I'));
+        lines.push(rec("f", 133, "chr1", 100, "*", "=", 100, 'I'));
+        let m = marked(&lines);
+        assert_eq!(dups(&m), ["f"]);
+        assert!(m[&("f".to_string(), 73)]);
+        assert!(
+            !m[&("f".to_string(), 133)],
+            "unmapped reads are never duplicates"
+        );
+    }
+
+    #[test]
+    fn fragments_compare_unclipped_five_prime_ends_and_strand() {
+        let lines = vec![
+            rec("f1", 0, "chr1", 100, "10M", "*", 0, '5'),
+            // soft clip: unclipped start 100, same end as f1, better score
+            rec("f2", 0, "chr1", 105, "5S5M", "*", 0, 'I'),
+            // reverse strand, 5' end 109: not a duplicate of the forward ones
+            rec("f3", 16, "chr1", 100, "10M", "*", 0, '5'),
+            // same end on chr2: another reference
+            rec("f4", 0, "chr2", 100, "10M", "*", 0, '5'),
+        ];
+        assert_eq!(dups(&marked(&lines)), ["f1"]);
+    }
+
+    #[test]
+    fn unmapped_secondary_and_supplementary_records_are_never_duplicates() {
+        let lines = vec![
+            rec("u1", 4, "*", 0, "*", "*", 0, 'I'),
+            rec("u2", 4, "*", 0, "*", "*", 0, 'I'),
+            rec("s0", 0, "chr1", 100, "10M", "*", 0, 'I'),
+            rec("s1", 0, "chr1", 100, "10M", "*", 0, '5'),
+            rec("s2", 256, "chr1", 100, "10M", "*", 0, '5'),
+            rec("s3", 2048, "chr1", 100, "10M", "*", 0, '5'),
+        ];
+        assert_eq!(dups(&marked(&lines)), ["s1"]);
+    }
+
+    #[test]
+    fn pairs_with_ends_on_two_chromosomes_are_matched() {
+        let pair_across = |name: &str, q| {
+            vec![
+                rec(name, 97, "chr1", 500, "10M", "chr2", 700, q),
+                rec(name, 145, "chr2", 700, "10M", "chr1", 500, q),
+            ]
+        };
+        let mut lines = pair_across("c1", '5');
+        lines.extend(pair_across("c2", 'I'));
+        // same chr1 end, other chr2 end: not a duplicate
+        lines.push(rec("c3", 97, "chr1", 500, "10M", "chr2", 900, 'I'));
+        lines.push(rec("c3", 145, "chr2", 900, "10M", "chr1", 500, 'I'));
+        assert_eq!(dups(&marked(&lines)), ["c1", "c1"]);
+    }
+}

@@ -91,7 +91,11 @@ impl AsamPreprocParams {
         let s = self.sizes().ok_or_else(|| {
             ParamError::new(
                 "dataset",
-                format!("unknown data set {:?}; known: {}", self.dataset, names.join(", ")),
+                format!(
+                    "unknown data set {:?}; known: {}",
+                    self.dataset,
+                    names.join(", ")
+                ),
             )
         })?;
         if !(1..=100).contains(&s.chromosomes) {
@@ -197,13 +201,15 @@ pub fn run_with_binary(
     let dataset = prepared
         .first()
         .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
-    let sam = dataset["sam"]
-        .as_str()
-        .ok_or_else(|| WorkloadError::Other(format!("testbed-asam prepare: no sam in {dataset}")))?;
+    let sam = dataset["sam"].as_str().ok_or_else(|| {
+        WorkloadError::Other(format!("testbed-asam prepare: no sam in {dataset}"))
+    })?;
 
-    let workdir = Workdir(
-        std::env::temp_dir().join(format!("testbed-asam-{}-{}", std::process::id(), ctx.job_id)),
-    );
+    let workdir = Workdir(std::env::temp_dir().join(format!(
+        "testbed-asam-{}-{}",
+        std::process::id(),
+        ctx.job_id
+    )));
     let bench_args: Vec<String> = vec![
         "bench-preproc".into(),
         "--json".into(),
@@ -260,7 +266,9 @@ fn record(
         .iter()
         .find(|l| l["summary"] == true)
         .map(|l| l["verification"].clone())
-        .ok_or_else(|| WorkloadError::Other("testbed-asam bench-preproc printed no summary".into()))?;
+        .ok_or_else(|| {
+            WorkloadError::Other("testbed-asam bench-preproc printed no summary".into())
+        })?;
     s.insert(
         "arrowsam.dup_mismatches_vs_picard".into(),
         verification["dup_mismatches_vs_picard"].clone(),
@@ -270,7 +278,10 @@ fn record(
         verification["order_matches_samtools"].clone(),
     );
     s.insert("dataset.pairs".into(), dataset["pairs"].clone());
-    s.insert("dataset.duplicate_pairs".into(), dataset["duplicate_pairs"].clone());
+    s.insert(
+        "dataset.duplicate_pairs".into(),
+        dataset["duplicate_pairs"].clone(),
+    );
     s.insert("dataset.cached".into(), dataset["cached"].clone());
     Ok(s)
 }
@@ -314,7 +325,10 @@ mod tests {
             field(serde_json::json!({"dataset": "tiny", "tools": ["gatk"]})),
             "tools"
         );
-        assert_eq!(field(serde_json::json!({"dataset": "tiny", "tools": []})), "tools");
+        assert_eq!(
+            field(serde_json::json!({"dataset": "tiny", "tools": []})),
+            "tools"
+        );
         assert_eq!(
             field(serde_json::json!({"dataset": "tiny", "dup_fraction": 1.0})),
             "dup_fraction"
@@ -323,7 +337,10 @@ mod tests {
             field(serde_json::json!({"dataset": "tiny", "chromosome_length": 100})),
             "chromosome_length"
         );
-        assert_eq!(field(serde_json::json!({"dataset": "tiny", "threads": 0})), "threads");
+        assert_eq!(
+            field(serde_json::json!({"dataset": "tiny", "threads": 0})),
+            "threads"
+        );
         assert!(params(serde_json::json!({"dataset": "tiny", "bogus": 1})).is_err());
         assert!(params(serde_json::json!({})).is_err());
     }

@@ -85,7 +85,8 @@ pub fn run_json(
     out.lines()
         .filter(|l| l.trim_start().starts_with('{'))
         .map(|l| {
-            serde_json::from_str(l).map_err(|e| other(format!("{what} printed bad JSON {l:?}: {e}")))
+            serde_json::from_str(l)
+                .map_err(|e| other(format!("{what} printed bad JSON {l:?}: {e}")))
         })
         .collect()
 }
