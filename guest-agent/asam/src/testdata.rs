@@ -4,6 +4,8 @@
 pub const HEADER: &str = "@HD\tVN:1.6\tSO:unsorted\n@SQ\tSN:chr1\tLN:10000\n@SQ\tSN:chr2\tLN:10000\n@RG\tID:rg1\tSM:s\tLB:lib1\n";
 
 /// One SAM line of a 10 bp read with qualities all `q`.
+// One argument per SAM column keeps the test records readable.
+#[allow(clippy::too_many_arguments)]
 pub fn rec(
     name: &str,
     flags: u16,

@@ -344,4 +344,76 @@ mod tests {
         assert!(params(serde_json::json!({"dataset": "tiny", "bogus": 1})).is_err());
         assert!(params(serde_json::json!({})).is_err());
     }
+
+    /// The real binary: `$TESTBED_ASAM_BIN`, else the debug or release
+    /// build in `$CARGO_TARGET_DIR` or the workspace `target/`.
+    fn real_binary() -> PathBuf {
+        if let Some(p) = std::env::var_os("TESTBED_ASAM_BIN") {
+            return PathBuf::from(p);
+        }
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dirs: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain([workspace.join("target")])
+            .collect();
+        for d in &dirs {
+            for profile in ["debug", "release"] {
+                let p = d.join(profile).join("testbed-asam");
+                if p.is_file() {
+                    return p;
+                }
+            }
+        }
+        panic!(
+            "testbed-asam binary not found in {dirs:?}: build it first with \
+             `cargo build -p testbed-asam` (same CARGO_TARGET_DIR) or set TESTBED_ASAM_BIN"
+        );
+    }
+
+    #[test]
+    fn runs_prepare_and_bench_and_emits_tagged_stage_samples() {
+        let data = tempfile::tempdir().unwrap();
+        let p = params(serde_json::json!({
+            "dataset": "tiny",
+            "chromosome_length": 20000,
+            "coverage": 3.0,
+            "tools": ["picard", "arrowsam"],
+            "data_dir": data.path().display().to_string(),
+        }))
+        .unwrap();
+        let sink = std::sync::Arc::new(crate::workload::VecSink::default());
+        let ctx = JobContext {
+            job_id: 1,
+            seed: 5,
+            devices: BTreeMap::new(),
+            sink: sink.clone(),
+        };
+        let s = run_with_binary(&p, &ctx, &real_binary()).unwrap();
+        assert_eq!(s["arrowsam.dup_mismatches_vs_picard"], 0, "{s:?}");
+        assert!(s["arrowsam.duplicates"].as_u64().unwrap() > 0, "{s:?}");
+        assert_eq!(s["arrowsam.duplicates"], s["picard.duplicates"]);
+        let chunks = sink.0.lock().unwrap();
+        let stages: Vec<(String, String)> = chunks
+            .iter()
+            .map(|c| (c.tags["tool"].clone(), c.tags["stage"].clone()))
+            .collect();
+        for want in [
+            ("picard", "sort"),
+            ("picard", "markdup"),
+            ("arrowsam", "load"),
+            ("arrowsam", "sort"),
+            ("arrowsam", "markdup"),
+        ] {
+            assert!(
+                stages.contains(&(want.0.to_string(), want.1.to_string())),
+                "{stages:?}"
+            );
+        }
+        assert!(
+            chunks
+                .iter()
+                .all(|c| c.metric == "stage_seconds" && c.unit == "s")
+        );
+    }
 }
