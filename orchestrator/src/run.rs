@@ -121,10 +121,7 @@ pub fn run(
     m.inputs.insert("agent".into(), file_input(&agent));
     // Helper binaries the agent runs as child processes, by workload kind.
     let mut helpers: Vec<(guestbin::Helper, PathBuf)> = Vec::new();
-    for (helper, wanted) in [
-        (guestbin::FLIGHT, "flight"),
-        (guestbin::ASAM, "asam"),
-    ] {
+    for (helper, wanted) in [(guestbin::FLIGHT, "flight"), (guestbin::ASAM, "asam")] {
         let needed = plan
             .points
             .iter()
@@ -144,14 +141,7 @@ pub fn run(
                 RunError::Setup("qemu-system-x86_64 is not installed: run `./x setup` (apt-get install qemu-system-x86)".into())
             })?;
             let (config, decision, inputs) = prepare_vm(
-                &loaded,
-                &qemu,
-                &agent,
-                &helpers,
-                &prepared,
-                &cache,
-                opts,
-                progress,
+                &loaded, &qemu, &agent, &helpers, &prepared, &cache, opts, progress,
             )?;
             m.inputs.extend(inputs);
             m.timing_note = decision.timing_note().to_string();
