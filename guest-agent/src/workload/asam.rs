@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::child;
-use super::{JobContext, ParamError, Summary, WorkloadError};
+use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +34,11 @@ pub struct AsamPreprocParams {
     pub dup_fraction: f64,
     #[serde(default = "default_tools")]
     pub tools: Vec<String>,
+    /// Seed of the data set (reference, reads, duplicates). Fixed, not the
+    /// point's seed, so every point and repetition reads the same data and
+    /// the cached set is reused.
+    #[serde(default = "defaults::one_u64")]
+    pub data_seed: u64,
     /// Threads of bwa, sambamba, samtools and arrowsam's per-chromosome workers.
     #[serde(default = "default_threads")]
     pub threads: u32,
@@ -191,9 +196,7 @@ pub fn run_with_binary(
         "--dup-fraction".into(),
         p.dup_fraction.to_string(),
         "--seed".into(),
-        // The data set depends on the spec's seed only, not on the point,
-        // so every point and tool sees the same reads.
-        (ctx.seed % 1_000_000).max(1).to_string(),
+        p.data_seed.to_string(),
         "--threads".into(),
         threads.clone(),
     ];
