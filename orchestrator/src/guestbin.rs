@@ -27,8 +27,11 @@ pub enum GuestBinError {
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// (package, binary, override env var)
-pub const AGENT: (&str, &str, &str) = ("testbed-agent", "testbed-agent", "TESTBED_AGENT_BIN");
-pub const FLIGHT: (&str, &str, &str) = ("testbed-flight", "testbed-flight", "TESTBED_FLIGHT_BIN");
+pub type Helper = (&'static str, &'static str, &'static str);
+
+pub const AGENT: Helper = ("testbed-agent", "testbed-agent", "TESTBED_AGENT_BIN");
+pub const FLIGHT: Helper = ("testbed-flight", "testbed-flight", "TESTBED_FLIGHT_BIN");
+pub const ASAM: Helper = ("testbed-asam", "testbed-asam", "TESTBED_ASAM_BIN");
 
 /// Returns the static binary, building it (incrementally) from the source tree.
 pub fn ensure(

@@ -119,19 +119,20 @@ pub fn run(
     let agent =
         guestbin::ensure(&repo, guestbin::AGENT, &mut stage).map_err(setup("guest agent"))?;
     m.inputs.insert("agent".into(), file_input(&agent));
-    let needs_flight = plan
-        .points
-        .iter()
-        .any(|p| p.workload.kind().starts_with("flight"));
-    let flight = if needs_flight {
-        let f = guestbin::ensure(&repo, guestbin::FLIGHT, &mut stage)
-            .map_err(setup("flight binary"))?;
-        m.inputs.insert("flight".into(), file_input(&f));
-        Some(f)
-    } else {
-        None
-    };
-
+    // Helper binaries the agent runs as child processes, by workload kind.
+    let mut helpers: Vec<(guestbin::Helper, PathBuf)> = Vec::new();
+    for (helper, wanted) in [(guestbin::FLIGHT, "flight"), (guestbin::ASAM, "asam")] {
+        let needed = plan
+            .points
+            .iter()
+            .any(|p| p.workload.kind().starts_with(wanted));
+        if needed {
+            let f = guestbin::ensure(&repo, helper, &mut stage)
+                .map_err(setup(&format!("{} binary", helper.1)))?;
+            m.inputs.insert(wanted.into(), file_input(&f));
+            helpers.push((helper, f));
+        }
+    }
     let qemu = crate::qemu::qemu_binary();
     m.host = serde_json::to_value(hostinfo::collect(&repo, qemu.as_deref())).unwrap_or_default();
     let mut executor: Box<dyn Executor> = match spec.experiment.executor {
@@ -140,14 +141,7 @@ pub fn run(
                 RunError::Setup("qemu-system-x86_64 is not installed: run `./x setup` (apt-get install qemu-system-x86)".into())
             })?;
             let (config, decision, inputs) = prepare_vm(
-                &loaded,
-                &qemu,
-                &agent,
-                flight.as_deref(),
-                &prepared,
-                &cache,
-                opts,
-                progress,
+                &loaded, &qemu, &agent, &helpers, &prepared, &cache, opts, progress,
             )?;
             m.inputs.extend(inputs);
             m.timing_note = decision.timing_note().to_string();
@@ -168,13 +162,10 @@ pub fn run(
         }
         ExecutorKind::Host => {
             m.timing_note = "host executor: timings are of this host".into();
-            let mut env = Vec::new();
-            if let Some(f) = &flight {
-                env.push((
-                    "TESTBED_FLIGHT_BIN".to_string(),
-                    f.to_string_lossy().into_owned(),
-                ));
-            }
+            let env = helpers
+                .iter()
+                .map(|((_, _, var), f)| (var.to_string(), f.to_string_lossy().into_owned()))
+                .collect();
             Box::new(HostExecutor {
                 agent: agent.clone(),
                 devices: devices::host_refs(&prepared, &plan.devices),
@@ -450,7 +441,7 @@ fn prepare_vm(
     loaded: &LoadedSpec,
     qemu: &Path,
     agent: &Path,
-    flight: Option<&Path>,
+    helpers: &[(guestbin::Helper, PathBuf)],
     prepared: &[devices::PreparedDevice],
     cache: &Path,
     opts: &RunOptions,
@@ -489,8 +480,8 @@ fn prepare_vm(
         })
         .collect();
     let mut files = Vec::new();
-    if let Some(f) = flight {
-        files.push(("bin/testbed-flight".to_string(), f.to_path_buf()));
+    for ((_, bin, _), f) in helpers {
+        files.push((format!("bin/{bin}"), f.clone()));
     }
     // Storage-hook jobs: the BPF programs, built against this kernel.
     if crate::ebpf::needed(&loaded.base_workload) {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{JobContext, ParamError, Summary, WorkloadError, defaults, latency_summary};
+use super::{JobContext, ParamError, Summary, WorkloadError, child, defaults, latency_summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -198,18 +198,7 @@ impl FlightBulkParams {
 
 /// `$TESTBED_FLIGHT_BIN`, then `testbed-flight` on PATH, then /bin.
 pub fn flight_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TESTBED_FLIGHT_BIN") {
-        return Some(PathBuf::from(p));
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("testbed-flight"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let p = PathBuf::from("/bin/testbed-flight");
-        p.is_file().then_some(p)
-    })
+    child::find_binary("TESTBED_FLIGHT_BIN", "testbed-flight")
 }
 
 fn other(msg: impl Into<String>) -> WorkloadError {
@@ -419,61 +408,7 @@ fn run_client(
     args: &[String],
     timeout: Duration,
 ) -> Result<Vec<serde_json::Value>, WorkloadError> {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| WorkloadError::io(format!("spawn {} bench", bin.display()), e))?;
-    let reader = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out = reader(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let err = reader(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(other(format!("flight client timed out after {timeout:?}")));
-            }
-            Err(e) => return Err(WorkloadError::io("wait for the flight client", e)),
-        }
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    if !status.success() {
-        return Err(other(format!(
-            "flight client failed ({status}): {}",
-            err.trim()
-        )));
-    }
-    out.lines()
-        .filter(|l| l.trim_start().starts_with('{'))
-        .map(|l| {
-            serde_json::from_str(l)
-                .map_err(|e| other(format!("flight client printed bad JSON {l:?}: {e}")))
-        })
-        .collect()
+    child::run_json(bin, args, timeout, "flight client")
 }
 
 /// Every `stride`-th value, so at most `max` remain.

@@ -4,7 +4,9 @@
 //! Every workload is a plain library function `run(params, ctx)` so it can be
 //! tested and benchmarked on the host; the agent only dispatches to it.
 
+pub mod asam;
 pub mod btree;
+pub mod child;
 pub mod defaults;
 pub mod fault;
 pub mod fio;
@@ -34,6 +36,8 @@ pub enum Workload {
     FlightBulk(flight::FlightBulkParams),
     /// Row protocols vs Flight SQL on a PostgreSQL table, via testbed-flight.
     FlightQuery(flight::FlightQueryParams),
+    /// Sort + mark duplicates: Picard, Sambamba, samtools, ArrowSAM, via testbed-asam.
+    AsamPreproc(asam::AsamPreprocParams),
 }
 
 impl Workload {
@@ -45,6 +49,7 @@ impl Workload {
             Workload::Fio(_) => "fio",
             Workload::FlightBulk(_) => "flight-bulk",
             Workload::FlightQuery(_) => "flight-query",
+            Workload::AsamPreproc(_) => "asam-preproc",
         }
     }
 
@@ -58,6 +63,7 @@ impl Workload {
             Workload::Fio(p) => p.validate(devices),
             Workload::FlightBulk(p) => p.validate(),
             Workload::FlightQuery(p) => p.validate(),
+            Workload::AsamPreproc(p) => p.validate(),
         }
     }
 
@@ -70,6 +76,7 @@ impl Workload {
             Workload::Fio(p) => vec![p.device.as_str()],
             Workload::FlightBulk(_) => vec![],
             Workload::FlightQuery(_) => vec![],
+            Workload::AsamPreproc(_) => vec![],
         }
     }
 
@@ -81,6 +88,7 @@ impl Workload {
             Workload::Fio(p) => fio::run(p, ctx),
             Workload::FlightBulk(p) => flight::run(p, ctx),
             Workload::FlightQuery(p) => flight::run_query(p, ctx),
+            Workload::AsamPreproc(p) => asam::run(p, ctx),
         }
     }
 }

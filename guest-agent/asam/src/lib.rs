@@ -1,0 +1,71 @@
+//! ArrowSAM for the testbed: SAM records as Arrow record batches, one per
+//! chromosome (plus one for unmapped reads), kept in a shared-memory store,
+//! sorted and duplicate-marked per chromosome; and the benchmark that times
+//! this against Picard, Sambamba and samtools on the same aligned reads.
+
+pub mod bench;
+pub mod cigar;
+pub mod load;
+pub mod markdup;
+pub mod prepare;
+pub mod sam_text;
+pub mod schema;
+pub mod sort;
+pub mod store;
+#[cfg(test)]
+mod testdata;
+pub mod tools;
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AsamError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: bad SAM record {line}: {reason}")]
+    Sam {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("arrow: {context}: {source}")]
+    Arrow {
+        context: String,
+        source: arrow::error::ArrowError,
+    },
+    #[error("{tool} failed ({status}): {stderr}")]
+    Tool {
+        tool: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{tool} could not be started ({source}); is it installed? (apt-get install {package})")]
+    Spawn {
+        tool: String,
+        package: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl AsamError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        AsamError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn arrow(context: impl Into<String>, source: arrow::error::ArrowError) -> Self {
+        AsamError::Arrow {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, AsamError>;
