@@ -78,7 +78,11 @@ pub fn ensure(
         .env(
             "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
             "-C target-feature=+crt-static",
-        );
+        )
+        // The same profile as `./x build`, so the two share one cache
+        // instead of rebuilding each other's output.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "true");
     let command = format!(
         "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=true cargo build --release -p {package} --bin {bin} --target {TARGET} --target-dir {}",
         target_dir.display()
