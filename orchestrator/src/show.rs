@@ -87,6 +87,9 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
             p.samples,
             key_numbers.join(" ")
         ));
+        if let Some(line) = preproc_line(&p.summary) {
+            s.push_str(&format!("      {line}\n"));
+        }
         if let Some(line) = fio_peer_line(&p.summary) {
             s.push_str(&format!("      {line}\n"));
         }
@@ -140,6 +143,36 @@ fn per_engine_numbers(
             Some(format!("{e}: {rate:.0}/s {:.0}µs", mean / 1e3))
         })
         .collect()
+}
+
+/// An asam-preproc point in one line: each tool's sort + markdup seconds
+/// (what the figure sums) and ArrowSAM's checks against Picard and samtools.
+fn preproc_line(summary: &std::collections::BTreeMap<String, serde_json::Value>) -> Option<String> {
+    let num = |k: String| summary.get(&k).and_then(serde_json::Value::as_f64);
+    let tools: Vec<String> = ["picard", "sambamba", "samtools", "arrowsam"]
+        .iter()
+        .filter_map(|t| {
+            let total = num(format!("{t}.sort_seconds"))? + num(format!("{t}.markdup_seconds"))?;
+            Some(format!("{t} {total:.3} s"))
+        })
+        .collect();
+    if tools.is_empty() {
+        return None;
+    }
+    let mut line = format!("sort+markdup: {}", tools.join(", "));
+    if let Some(n) = num("arrowsam.dup_mismatches_vs_picard".into()) {
+        line.push_str(&format!(
+            "; arrowsam vs picard: {n:.0} duplicate flags differ"
+        ));
+    }
+    if let Some(same) = summary
+        .get("arrowsam.order_matches_samtools")
+        .and_then(serde_json::Value::as_bool)
+    {
+        let verdict = if same { "matches" } else { "DIFFERS from" };
+        line.push_str(&format!(", order {verdict} samtools"));
+    }
+    Some(line)
 }
 
 /// The btree job's fio peer check in one line: both I/O rates, their ratio
@@ -210,6 +243,26 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn the_preproc_line_sums_sort_and_markdup_and_shows_the_checks() {
+        let summary: std::collections::BTreeMap<String, serde_json::Value> = [
+            ("picard.sort_seconds", json!(2.0)),
+            ("picard.markdup_seconds", json!(3.5)),
+            ("sambamba.sort_seconds", json!(0.5)),
+            ("arrowsam.sort_seconds", json!(0.04)),
+            ("arrowsam.markdup_seconds", json!(0.05)),
+            ("arrowsam.dup_mismatches_vs_picard", json!(0)),
+            ("arrowsam.order_matches_samtools", json!(false)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            preproc_line(&summary).unwrap(),
+            "sort+markdup: picard 5.500 s, arrowsam 0.090 s; arrowsam vs picard: 0 duplicate flags differ, order DIFFERS from samtools"
+        );
+    }
+
     /// A spec in the repository that does not validate would only fail when
     /// someone runs it; catch it here instead.
     #[test]
@@ -244,6 +297,7 @@ mod tests {
             fio_peer_line(&summary).unwrap(),
             "fio peer: read 3902 I/O/s, fio 3638 IOPS, ratio 1.073; CPU per I/O read 63.0 µs, fio 83.2 µs"
         );
+        assert!(preproc_line(&summary).is_none());
         let mut no_peer = summary.clone();
         no_peer.remove("read_vs_fio_iops_ratio");
         assert!(fio_peer_line(&no_peer).is_none());
