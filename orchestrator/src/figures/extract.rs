@@ -142,22 +142,31 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
 struct Axis {
     categorical: bool,
     order: Vec<String>,
+    /// Declared categories this run has no point at (a quick run's sizes):
+    /// left off the axis and named in a note instead of drawn empty.
+    unmeasured: Vec<String>,
 }
 
 impl Axis {
     fn new(panel: &Panel, cells: &[&Cell]) -> Axis {
         let categorical =
             !panel.x.categories.is_empty() || cells.iter().any(|c| c.as_f64().is_none());
-        let mut order = panel.x.categories.clone();
+        let seen: BTreeSet<String> = cells.iter().map(|c| c.text()).collect();
+        let (mut order, unmeasured): (Vec<String>, Vec<String>) = panel
+            .x
+            .categories
+            .iter()
+            .cloned()
+            .partition(|c| seen.contains(c));
         if categorical {
-            let extra: BTreeSet<String> = cells
-                .iter()
-                .map(|c| c.text())
-                .filter(|t| !order.contains(t))
-                .collect();
+            let extra: Vec<String> = seen.into_iter().filter(|t| !order.contains(t)).collect();
             order.extend(extra);
         }
-        Axis { categorical, order }
+        Axis {
+            categorical,
+            order,
+            unmeasured,
+        }
     }
     fn key(&self, c: &Cell) -> Option<XKey> {
         if self.categorical {
@@ -207,7 +216,14 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
         .chain(failed.iter().filter_map(|f| f.x.as_ref()))
         .collect();
     let axis = Axis::new(panel, &cells);
-    let notes = sel.notes;
+    let mut notes = sel.notes;
+    if !axis.unmeasured.is_empty() {
+        notes.push(format!(
+            "{} not in this run: {}",
+            panel.x.label,
+            axis.unmeasured.join(", ")
+        ));
+    }
 
     let mut groups: BTreeMap<(String, Option<String>, XKey), Units> = BTreeMap::new();
     let mut ratio_values_seen: BTreeSet<String> = BTreeSet::new();

@@ -610,3 +610,42 @@ fn filters_use_workload_fields_when_the_axis_was_not_swept() {
     assert_eq!(n, 2, "a filter on a column the run lacks does not apply");
     assert!(notes[0].contains("param.nope"), "{notes:?}");
 }
+
+#[test]
+fn declared_categories_the_run_lacks_are_named_not_drawn_empty() {
+    let t = tempfile::tempdir().unwrap();
+    let mut s = Synth::new(&t.path().join("run"));
+    for (i, size) in ["small", "tiny"].iter().enumerate() {
+        s.ok(
+            i as u32,
+            0,
+            &[("dataset", toml::Value::String(size.to_string()))],
+            &[],
+            summary(&[("lookups_per_s", 10.0)]),
+        );
+    }
+    let run = s.finish("sizes", &["t-sizes"]);
+    let d = t.path().join("defs");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("t-sizes.toml"),
+        "id = \"t-sizes\"\ntitle = \"t\"\nfamily = \"test\"\n[[panels]]\nname = \"p\"\n\
+         x = { column = \"param.dataset\", label = \"data set\", categories = [\"tiny\", \"small\", \"medium\", \"large\"] }\n\
+         y = { metric = \"lookups_per_s\", kind = \"summary\", label = \"t\" }\n",
+    )
+    .unwrap();
+    let rf = compute(&run, &def::load_all(&d).unwrap()).unwrap();
+    let (_, p) = &rf.figures[0].panels[0];
+    // The declared order holds for what was measured; the rest is a note.
+    assert_eq!(
+        p.categories.as_deref(),
+        Some(&["tiny".to_string(), "small".to_string()][..])
+    );
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n == "data set not in this run: medium, large"),
+        "{:?}",
+        p.notes
+    );
+}
