@@ -27,11 +27,14 @@ pub struct LineFit {
 
 /// Least squares over (x, y); `None` below two distinct x.
 pub fn fit_line(xy: &[(f64, f64)]) -> Option<LineFit> {
+    if xy.len() < 2 {
+        return None;
+    }
     let n = xy.len() as f64;
     let mx = xy.iter().map(|p| p.0).sum::<f64>() / n;
     let my = xy.iter().map(|p| p.1).sum::<f64>() / n;
     let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    if xy.len() < 2 || sxx == 0.0 {
+    if sxx == 0.0 {
         return None;
     }
     let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{FlightError, Result};
 
@@ -152,53 +152,19 @@ impl Drop for ChildServer {
 
 /// Runs a command that prints JSON lines; fails with its stderr if it
 /// exits non-zero or outlives `timeout`.
-pub fn run_json_lines(cmd: Command, timeout: Duration) -> Result<Vec<serde_json::Value>> {
-    let (mut child, shown) = spawn_piped(cmd)?;
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(FlightError::Other(format!(
-                    "{shown} timed out after {timeout:?}"
-                )));
-            }
-            Err(e) => return Err(FlightError::io(format!("wait for {shown}"), e)),
-        }
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    if !status.success() {
+pub fn run_json_lines(mut cmd: Command, timeout: Duration) -> Result<Vec<serde_json::Value>> {
+    let shown = format!("{cmd:?}");
+    let done = testbed_proc::run_captured(&mut cmd, timeout)
+        .map_err(|e| FlightError::Other(e.to_string()))?;
+    if !done.status.success() {
         return Err(FlightError::Other(format!(
-            "{shown} failed ({status}): {}",
-            err.trim()
+            "{shown} failed ({}): {}",
+            done.status,
+            done.stderr.trim()
         )));
     }
-    Ok(out
+    Ok(done
+        .stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())

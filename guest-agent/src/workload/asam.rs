@@ -348,30 +348,8 @@ mod tests {
         assert!(params(serde_json::json!({})).is_err());
     }
 
-    /// The real binary: `$TESTBED_ASAM_BIN`, else the debug or release
-    /// build in `$CARGO_TARGET_DIR` or the workspace `target/`.
     fn real_binary() -> PathBuf {
-        if let Some(p) = std::env::var_os("TESTBED_ASAM_BIN") {
-            return PathBuf::from(p);
-        }
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dirs: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .into_iter()
-            .chain([workspace.join("target")])
-            .collect();
-        for d in &dirs {
-            for profile in ["debug", "release"] {
-                let p = d.join(profile).join("testbed-asam");
-                if p.is_file() {
-                    return p;
-                }
-            }
-        }
-        panic!(
-            "testbed-asam binary not found in {dirs:?}: build it first with \
-             `cargo build -p testbed-asam` (same CARGO_TARGET_DIR) or set TESTBED_ASAM_BIN"
-        );
+        crate::workload::child::built_binary("TESTBED_ASAM_BIN", "testbed-asam")
     }
 
     #[test]

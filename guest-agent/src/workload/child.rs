@@ -2,10 +2,9 @@
 //! testbed-asam), so the agent itself links none of their dependencies:
 //! finding them, and running one to completion for its JSON lines.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use super::WorkloadError;
 
@@ -37,56 +36,48 @@ pub fn run_json(
     timeout: Duration,
     what: &str,
 ) -> Result<Vec<serde_json::Value>, WorkloadError> {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| WorkloadError::io(format!("spawn {} ({what})", bin.display()), e))?;
-    let reader = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out = reader(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let err = reader(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(other(format!("{what} timed out after {timeout:?}")));
-            }
-            Err(e) => return Err(WorkloadError::io(format!("wait for the {what}"), e)),
-        }
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    if !status.success() {
-        return Err(other(format!("{what} failed ({status}): {}", err.trim())));
+    let done = testbed_proc::run_captured(Command::new(bin).args(args), timeout)
+        .map_err(|e| other(format!("{what}: {e}")))?;
+    if !done.status.success() {
+        return Err(other(format!(
+            "{what} failed ({}): {}",
+            done.status,
+            done.stderr.trim()
+        )));
     }
-    out.lines()
+    done.stdout
+        .lines()
         .filter(|l| l.trim_start().starts_with('{'))
         .map(|l| {
             serde_json::from_str(l)
                 .map_err(|e| other(format!("{what} printed bad JSON {l:?}: {e}")))
         })
         .collect()
+}
+
+/// For tests: the helper binary built in this workspace: `$<env>`, else the
+/// debug or release build in `$CARGO_TARGET_DIR` or the workspace `target/`.
+#[cfg(test)]
+pub fn built_binary(env: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dirs: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([workspace.join("target")])
+        .collect();
+    for d in &dirs {
+        for profile in ["debug", "release"] {
+            let p = d.join(profile).join(name);
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "{name} binary not found in {dirs:?}: build it first with \
+         `cargo build -p {name}` (same CARGO_TARGET_DIR) or set {env}"
+    );
 }

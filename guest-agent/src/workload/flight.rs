@@ -802,31 +802,8 @@ mod tests {
         assert_eq!(subsample(&v[..5], 100), (v[..5].to_vec(), 1));
     }
 
-    /// The real binary: `$TESTBED_FLIGHT_BIN`, else the debug or release
-    /// build in `$CARGO_TARGET_DIR` or the workspace `target/`. Build it
-    /// first: `cargo build -p testbed-flight`.
     fn real_binary() -> PathBuf {
-        if let Some(p) = std::env::var_os("TESTBED_FLIGHT_BIN") {
-            return PathBuf::from(p);
-        }
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dirs: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .into_iter()
-            .chain([workspace.join("target")])
-            .collect();
-        for d in &dirs {
-            for profile in ["debug", "release"] {
-                let p = d.join(profile).join("testbed-flight");
-                if p.is_file() {
-                    return p;
-                }
-            }
-        }
-        panic!(
-            "testbed-flight binary not found in {dirs:?}: build it first with \
-             `cargo build -p testbed-flight` (same CARGO_TARGET_DIR) or set TESTBED_FLIGHT_BIN"
-        );
+        crate::workload::child::built_binary("TESTBED_FLIGHT_BIN", "testbed-flight")
     }
 
     fn run_with_real_binary(p: FlightBulkParams) -> (Summary, Vec<crate::protocol::SampleChunk>) {
