@@ -145,22 +145,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
         )),
         Err(e) => out.push(f(Level::Fail, "accelerator", e.to_string(), None)),
     }
-    for (tool, pkg, why) in [
-        ("clang", "clang", "BPF programs"),
-        ("bpftool", "bpftool", "vmlinux.h for BPF programs"),
-        ("fio", "fio", "the fio peer check"),
-        ("cpio", "cpio", "tests of the initramfs format"),
-    ] {
-        match image::libs::find_program(tool) {
-            Some(p) => out.push(f(Level::Ok, tool, p.display().to_string(), None)),
-            None => out.push(f(
-                Level::Warn,
-                tool,
-                format!("missing ({why})"),
-                Some(&format!("apt-get install {pkg}")),
-            )),
-        }
-    }
+    out.extend(tool_findings(crate::hosttools::NEEDS));
     for (label, dir) in [
         ("disk (results)", paths::repo_root().join("results")),
         ("disk (cache)", cache.clone()),
@@ -189,6 +174,37 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
                 None,
             )),
         }
+    }
+    out
+}
+
+/// One finding per tool the named steps need: where it is, or its package.
+pub fn tool_findings(needs: &[&str]) -> Vec<Finding> {
+    let table = match crate::hosttools::table() {
+        Ok(t) => t,
+        Err(e) => return vec![f(Level::Fail, "host-tools.txt", e.to_string(), None)],
+    };
+    let mut out = Vec::new();
+    for t in table
+        .iter()
+        .filter(|t| t.needs.iter().any(|n| needs.contains(&n.as_str())))
+    {
+        let what = format!("tool {}", t.tool);
+        let steps: Vec<&str> = t.needs.iter().map(|n| n.as_str()).collect();
+        out.push(match crate::hosttools::locate(&t.tool) {
+            Ok(at) => f(
+                Level::Ok,
+                &what,
+                format!("{at} [{}]", steps.join(",")),
+                None,
+            ),
+            Err(why) => f(
+                Level::Warn,
+                &what,
+                format!("{why}; needed for {}", steps.join(", ")),
+                Some(&format!("{} (or ./x setup)", t.install_hint())),
+            ),
+        });
     }
     out
 }

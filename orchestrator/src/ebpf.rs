@@ -26,6 +26,8 @@ pub enum EbpfError {
         "kernel {kernel} lacks the storage hooks ({HOOK_MARKER} is not in its BTF): use kernel.name = \"vm-hooks\""
     )]
     NoHooks { kernel: String },
+    #[error("{0}")]
+    ToolsMissing(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -73,8 +75,9 @@ pub fn build_for(
             kernel: kernel.name.clone(),
         });
     }
+    crate::hosttools::preflight(&["bpf"]).map_err(|e| EbpfError::ToolsMissing(e.to_string()))?;
     let out = cache.join("bpf").join(&kernel.key);
-    build(src_dir, &vmlinux_h, &out)
+    crate::phases::time("images", || build(src_dir, &vmlinux_h, &out))
 }
 
 /// `make -C src_dir OUT=out VMLINUX_H=vmlinux_h`; returns the objects.

@@ -1,7 +1,9 @@
 //! The binaries that run in the guest, linked static with glibc
 //! (`-C target-feature=+crt-static`; this toolchain has no musl target).
-//! Built with cargo into target/guest, separate from host builds, because
-//! crt-static cannot apply to the host's proc-macros.
+//! One cargo build makes them and the host CLI alike (`./x build` runs the
+//! same command): `--target` keeps the flag off build scripts and
+//! proc-macros, and building the same package set with the same profile
+//! means the two never rebuild each other's dependencies.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +28,12 @@ pub enum GuestBinError {
 
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 
+/// The packages one build makes, host CLI included (the `./x build` set).
+pub const PACKAGES: &[&str] = &["testbed", "testbed-agent", "testbed-flight", "testbed-asam"];
+
+const RUSTFLAGS_VAR: &str = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS";
+const RUSTFLAGS: &str = "-C target-feature=+crt-static";
+
 /// (package, binary, override env var)
 pub type Helper = (&'static str, &'static str, &'static str);
 
@@ -33,22 +41,35 @@ pub const AGENT: Helper = ("testbed-agent", "testbed-agent", "TESTBED_AGENT_BIN"
 pub const FLIGHT: Helper = ("testbed-flight", "testbed-flight", "TESTBED_FLIGHT_BIN");
 pub const ASAM: Helper = ("testbed-asam", "testbed-asam", "TESTBED_ASAM_BIN");
 
+/// `$CARGO_TARGET_DIR/<triple>/release`, or the workspace's `target/`.
+pub fn release_dir(repo: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("target"))
+        .join(TARGET)
+        .join("release")
+}
+
+/// The build command, as a user would type it.
+pub fn command_line() -> String {
+    let packages: Vec<String> = PACKAGES.iter().map(|p| format!("-p {p}")).collect();
+    format!(
+        "{RUSTFLAGS_VAR}='{RUSTFLAGS}' cargo build --locked --release --target {TARGET} {}",
+        packages.join(" ")
+    )
+}
+
 /// Returns the static binary, building it (incrementally) from the source tree.
 pub fn ensure(
     repo: &Path,
     which: (&str, &str, &str),
     progress: &mut dyn FnMut(&str),
 ) -> Result<PathBuf, GuestBinError> {
-    let (package, bin, env) = which;
+    let (_, bin, env) = which;
     if let Ok(p) = std::env::var(env) {
         return Ok(PathBuf::from(p));
     }
-    // Beside the host build ($CARGO_TARGET_DIR or <repo>/target), in guest/.
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo.join("target"))
-        .join("guest");
-    let path = target_dir.join(TARGET).join("release").join(bin);
+    let path = release_dir(repo).join(bin);
     if !repo.join("Cargo.toml").is_file() {
         return if path.is_file() {
             Ok(path)
@@ -61,42 +82,29 @@ pub fn ensure(
         };
     }
     progress(&format!("building {bin} (static, for the guest)"));
+    let started = std::time::Instant::now();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(repo)
-        .args([
-            "build",
-            "--release",
-            "--package",
-            package,
-            "--bin",
-            bin,
-            "--target",
-            TARGET,
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env(
-            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
-            "-C target-feature=+crt-static",
-        )
-        // The same profile as `./x build`, so the two share one cache
-        // instead of rebuilding each other's output.
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "true");
-    let command = format!(
-        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static' CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=true cargo build --release -p {package} --bin {bin} --target {TARGET} --target-dir {}",
-        target_dir.display()
-    );
+        .args(["build", "--locked", "--release", "--target", TARGET])
+        .env(RUSTFLAGS_VAR, RUSTFLAGS);
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        cmd.arg("--target-dir").arg(dir);
+    }
+    for p in PACKAGES {
+        cmd.args(["--package", p]);
+    }
     let status = cmd.status().map_err(|e| GuestBinError::Build {
         name: bin.into(),
         status: e.to_string(),
-        command: command.clone(),
-    })?;
+        command: command_line(),
+    });
+    crate::phases::add("rust build", started.elapsed());
+    let status = status?;
     if !status.success() {
         return Err(GuestBinError::Build {
             name: bin.into(),
             status: status.to_string(),
-            command,
+            command: command_line(),
         });
     }
     if !is_static(&path) {

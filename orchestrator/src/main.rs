@@ -26,6 +26,11 @@ enum Command {
         /// Skip the KVM probe boot.
         #[arg(long)]
         no_probe: bool,
+        /// Only the preflight: check the tools these steps need (`all`, or
+        /// any of the NEEDS in orchestrator/host-tools.txt); exit 1 naming
+        /// each missing tool and its package.
+        #[arg(long, value_name = "STEP")]
+        need: Vec<String>,
     },
     /// Run an experiment spec.
     Run {
@@ -143,7 +148,8 @@ fn install_interrupt_handler() {
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Doctor { no_probe } => {
+        Command::Doctor { need, .. } if !need.is_empty() => preflight(&need),
+        Command::Doctor { no_probe, .. } => {
             let findings = doctor::diagnose(!no_probe);
             print!("{}", doctor::render(&findings));
             let failed = findings.iter().any(|f| f.level == doctor::Level::Fail);
@@ -280,6 +286,36 @@ fn report_unknown(unknown: &[String]) {
     }
 }
 
+/// `testbed doctor --need STEP…`: the tools of those steps, and a verdict.
+fn preflight(need: &[String]) -> Result<ExitCode> {
+    let all = need.iter().any(|n| n == "all");
+    let needs: Vec<&str> = if all {
+        testbed::hosttools::NEEDS.to_vec()
+    } else {
+        need.iter().map(String::as_str).collect()
+    };
+    if let Some(bad) = needs
+        .iter()
+        .find(|n| !testbed::hosttools::NEEDS.contains(n))
+    {
+        anyhow::bail!(
+            "unknown step `{bad}` for --need (known: all, {})",
+            testbed::hosttools::NEEDS.join(", ")
+        );
+    }
+    print!("{}", doctor::render(&doctor::tool_findings(&needs)));
+    match testbed::hosttools::preflight(&needs) {
+        Ok(()) => {
+            println!("preflight: every tool for {} is present", needs.join(", "));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            println!("preflight: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) -> Result<ExitCode> {
     let mut opts = figures::reproduce::Options::defaults(target, quick);
     opts.accel = accel;
@@ -306,6 +342,13 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
         .collect();
     print!("{}", figures::claims::table(&rows));
     println!("report: {}", summary.report.display());
+    // Under ./x the whole invocation's table is printed there instead.
+    if std::env::var_os("TESTBED_PHASES").is_none() {
+        println!(
+            "time by phase: {}",
+            testbed::phases::render(&testbed::phases::totals())
+        );
+    }
     let failed = summary.outcomes.iter().any(|o| o.run.is_none());
     Ok(if failed {
         ExitCode::from(3)

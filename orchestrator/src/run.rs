@@ -63,9 +63,51 @@ pub fn run(
     opts: &RunOptions,
     progress: &mut dyn Progress,
 ) -> Result<RunResult, RunError> {
+    crate::phases::time("runs", || run_timed(spec_path, opts, progress))
+}
+
+/// The host tools a spec's run needs, by executor and workload.
+pub fn needs(spec: &crate::spec::Spec, plan: &Plan) -> Vec<&'static str> {
+    let mut needs = Vec::new();
+    if spec.experiment.executor == ExecutorKind::Qemu {
+        needs.push("vm");
+    }
+    for p in &plan.points {
+        for n in crate::hosttools::workload_needs(p.workload.kind()) {
+            if !needs.contains(n) {
+                needs.push(n);
+            }
+        }
+    }
+    needs
+}
+
+/// Why a spec cannot run in this invocation, known before anything is
+/// created: a kernel it needs failed to build earlier.
+pub fn blocked(loaded: &LoadedSpec) -> Option<String> {
+    if loaded.spec.experiment.executor != ExecutorKind::Qemu {
+        return None;
+    }
+    let name = &loaded.spec.kernel.name;
+    crate::kernel::failed_earlier(&paths::kernel_configs(), name)
+        .map(|r| format!("skipped: kernel `{name}` failed to build earlier in this run:\n{r}"))
+}
+
+fn run_timed(
+    spec_path: &Path,
+    opts: &RunOptions,
+    progress: &mut dyn Progress,
+) -> Result<RunResult, RunError> {
     let started = Instant::now();
     let (loaded, plan) = check_spec(spec_path)?;
     let spec = &loaded.spec;
+    // Missing tools are named now, before a run directory or a build.
+    crate::hosttools::preflight(&needs(spec, &plan)).map_err(|e| RunError::Setup(e.to_string()))?;
+    // The kernel too (fetched, built or found in the cache): a build that
+    // fails leaves no run directory behind.
+    if spec.experiment.executor == ExecutorKind::Qemu {
+        resolve_kernel(&loaded, &paths::cache_root())?;
+    }
     let spec_sha = hex::encode(Sha256::digest(loaded.source.as_bytes()));
     let repo = paths::repo_root();
     let cache = paths::cache_root();
@@ -434,6 +476,21 @@ fn file_input(path: &Path) -> serde_json::Value {
     serde_json::json!({ "path": path, "sha256": sha })
 }
 
+/// The spec's kernel; an error points at `kernel.name` in the spec.
+fn resolve_kernel(loaded: &LoadedSpec, cache: &Path) -> Result<kernel::KernelArtifact, RunError> {
+    kernel::resolve(
+        &paths::kernel_configs(),
+        &loaded.spec.kernel.name,
+        cache,
+        &|s: &str| eprintln!("[testbed] kernel: {s}"),
+    )
+    .map_err(|e| {
+        let mut err = loaded.error_at("kernel", Some("name"), e.to_string());
+        err.message = e.to_string();
+        RunError::Spec(err)
+    })
+}
+
 type VmPrep = (VmConfig, AccelDecision, BTreeMap<String, serde_json::Value>);
 
 #[allow(clippy::too_many_arguments)]
@@ -449,17 +506,7 @@ fn prepare_vm(
 ) -> Result<VmPrep, RunError> {
     let spec = &loaded.spec;
     let mut inputs = BTreeMap::new();
-    let kernel = kernel::resolve(
-        &paths::kernel_configs(),
-        &spec.kernel.name,
-        cache,
-        &|s: &str| eprintln!("[testbed] kernel: {s}"),
-    )
-    .map_err(|e| {
-        let mut err = loaded.error_at("kernel", Some("name"), e.to_string());
-        err.message = e.to_string();
-        RunError::Spec(err)
-    })?;
+    let kernel = resolve_kernel(loaded, cache)?;
     inputs.insert(
         "kernel".into(),
         serde_json::json!({
@@ -502,7 +549,8 @@ fn prepare_vm(
         files,
     };
     progress.event(Event::Stage("building initramfs".into()));
-    let img = image::build_initramfs(&img_inputs, cache).map_err(setup("initramfs"))?;
+    let img = crate::phases::time("images", || image::build_initramfs(&img_inputs, cache))
+        .map_err(setup("initramfs"))?;
     inputs.insert(
         "initramfs".into(),
         serde_json::to_value(&img).unwrap_or_default(),

@@ -139,6 +139,13 @@ fn ensure_run(
     experiment: &str,
     progress: &mut dyn Progress,
 ) -> Result<PathBuf, FigureError> {
+    // A kernel that failed for an earlier spec is not built again: skip
+    // before a run directory is made.
+    if let Ok(loaded) = crate::spec::load(spec)
+        && let Some(why) = run::blocked(&loaded)
+    {
+        return Err(FigureError::Other(why));
+    }
     let previous = previous_run(&opts.results, experiment, spec);
     if let Some((dir, RunStatus::Complete)) = &previous {
         progress.event(Event::Stage(format!(
@@ -202,14 +209,16 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
             .map_err(FigureError::Other)
             .and_then(|exp| ensure_run(opts, &spec, &exp, progress))
             .and_then(|dir| {
-                let rf = compute(&dir, &defs)?;
-                write_figures(&rf)?;
-                write_claims(&rf)?;
-                let page = report::run_page(&rf)?;
-                super::write(&dir.join("report.html"), page.as_bytes())?;
-                Ok(RunLink {
-                    href: href(&opts.results, &dir),
-                    figures: rf,
+                crate::phases::time("figures", || {
+                    let rf = compute(&dir, &defs)?;
+                    write_figures(&rf)?;
+                    write_claims(&rf)?;
+                    let page = report::run_page(&rf)?;
+                    super::write(&dir.join("report.html"), page.as_bytes())?;
+                    Ok(RunLink {
+                        href: href(&opts.results, &dir),
+                        figures: rf,
+                    })
                 })
             });
         match result {

@@ -75,6 +75,14 @@ pub enum KernelError {
     #[error("cached kernel {dir} is damaged: {message}; delete that directory to rebuild it")]
     CacheDamaged { dir: PathBuf, message: String },
 
+    #[error(
+        "kernel `{name}` failed to build earlier in this run; not building it again:\n{reason}"
+    )]
+    FailedEarlier { name: String, reason: String },
+
+    #[error("{0}")]
+    ToolsMissing(String),
+
     #[error("patch {patch} does not apply: {details}")]
     PatchFailed { patch: PathBuf, details: String },
 

@@ -105,10 +105,22 @@ pub fn resolve(
 ) -> Result<KernelArtifact, KernelError> {
     let desc = descriptor::load(configs_dir, name)?;
     let artifact = match &desc.kind {
-        Kind::DebianBinary(pin) => stock::resolve(&desc, pin, cache_root, progress)?,
+        Kind::DebianBinary(pin) => crate::phases::time("kernels", || {
+            stock::resolve(&desc, pin, cache_root, progress)
+        })?,
         Kind::SourceBuild(sb) => build::build(configs_dir, &desc, sb, cache_root, progress)?,
     };
     Ok(named(artifact, &desc))
+}
+
+/// Why kernel `name` cannot be had in this invocation: its build failed
+/// earlier (the reason), so whatever needs it is skipped, not rebuilt.
+pub fn failed_earlier(configs_dir: &Path, name: &str) -> Option<String> {
+    let desc = descriptor::load(configs_dir, name).ok()?;
+    match &desc.kind {
+        Kind::SourceBuild(sb) => build::failed_earlier(configs_dir, &desc, sb).ok().flatten(),
+        Kind::DebianBinary(_) => None,
+    }
 }
 
 /// Build (or find in the cache) a kernel from source; `name` must be a

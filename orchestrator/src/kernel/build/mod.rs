@@ -43,6 +43,21 @@ pub fn key(
     key::compute(configs_dir, desc, sb)
 }
 
+/// What the failure memory calls a kernel build.
+fn subject(name: &str, key: &str) -> String {
+    format!("kernel {name} (key {})", &key[..12.min(key.len())])
+}
+
+/// The reason this kernel's build failed earlier in this invocation, if it did.
+pub fn failed_earlier(
+    configs_dir: &Path,
+    desc: &Descriptor,
+    sb: &SourceBuild,
+) -> Result<Option<String>, KernelError> {
+    let k = key::compute(configs_dir, desc, sb)?;
+    Ok(crate::failures::recall(&subject(&desc.name, &k.key)))
+}
+
 pub fn build(
     configs_dir: &Path,
     desc: &Descriptor,
@@ -54,6 +69,37 @@ pub fn build(
     if let Some(a) = cache::load_entry(cache_root, &k.key)? {
         return Ok(a);
     }
+    // A failure is paid for once: the next spec that needs this kernel
+    // fails at once with the first attempt's reason.
+    let subject = subject(&desc.name, &k.key);
+    if let Some(reason) = crate::failures::recall(&subject) {
+        return Err(KernelError::FailedEarlier {
+            name: desc.name.clone(),
+            reason,
+        });
+    }
+    let result = crate::phases::time("kernels", || {
+        crate::hosttools::preflight(&["kernel-build"])
+            .map_err(|e| KernelError::ToolsMissing(e.to_string()))?;
+        build_uncached(configs_dir, desc, sb, &k, cache_root, progress)
+    });
+    if let Err(e) = &result {
+        crate::failures::remember(&subject, &e.to_string());
+    }
+    result
+}
+
+/// Marks a work tree that is unpacked, patched and configured for its key.
+const CONFIGURED_STAMP: &str = "configured.stamp";
+
+fn build_uncached(
+    configs_dir: &Path,
+    desc: &Descriptor,
+    sb: &SourceBuild,
+    k: &BuildKey,
+    cache_root: &Path,
+    progress: &dyn Fn(&str),
+) -> Result<KernelArtifact, KernelError> {
     let work_root = cache_root.join("kernel-work");
     std::fs::create_dir_all(&work_root).map_err(|e| KernelError::io(&work_root, e))?;
     let _lock = lock(&work_root.join(format!("{}.lock", k.key)), progress)?;
@@ -63,29 +109,30 @@ pub fn build(
     }
     let started = Instant::now();
     let work = work_root.join(&k.key);
-    if work.exists() {
-        std::fs::remove_dir_all(&work).map_err(|e| KernelError::io(&work, e))?;
-    }
-    std::fs::create_dir_all(&work).map_err(|e| KernelError::io(&work, e))?;
     let log = work.join("build.log");
-
-    let tarball = source::tarball(cache_root, desc, &sb.source, progress)?;
-    progress(&format!("unpacking {}", tarball.display()));
-    let tree = source::unpack(&tarball, &work, &log)?;
-    for p in &k.patches {
-        progress(&format!("applying {}", p.display()));
-        patches::apply(&tree, p)?;
-    }
-    let requests = configure::requests(&k.fragments)?;
-    configure::configure(
-        &tree,
-        &sb.base,
-        &requests,
-        configs_dir,
-        &desc.path,
-        &log,
-        progress,
-    )?;
+    // The key covers every input, so a tree an earlier attempt configured
+    // for this key is still right: `make` resumes it incrementally (after
+    // a missing tool is installed, say) instead of unpacking again.
+    let tree = match resumable_tree(&work) {
+        Some(tree) => {
+            progress(&format!(
+                "resuming the earlier attempt's configured tree {} (incremental make)",
+                tree.display()
+            ));
+            tree
+        }
+        None => {
+            if work.exists() {
+                std::fs::remove_dir_all(&work).map_err(|e| KernelError::io(&work, e))?;
+            }
+            std::fs::create_dir_all(&work).map_err(|e| KernelError::io(&work, e))?;
+            let tree = prepare_tree(configs_dir, desc, sb, k, cache_root, &work, &log, progress)?;
+            let stamp = work.join(CONFIGURED_STAMP);
+            std::fs::write(&stamp, tree.as_os_str().as_encoded_bytes())
+                .map_err(|e| KernelError::io(&stamp, e))?;
+            tree
+        }
+    };
 
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     progress(&format!(
@@ -167,6 +214,45 @@ pub fn build(
         dir,
         message: "entry vanished right after it was written".into(),
     })
+}
+
+/// The configured tree of an earlier attempt at this key, if complete.
+fn resumable_tree(work: &Path) -> Option<PathBuf> {
+    let stamp = std::fs::read(work.join(CONFIGURED_STAMP)).ok()?;
+    let tree = PathBuf::from(String::from_utf8(stamp).ok()?);
+    (tree.starts_with(work) && tree.join(".config").is_file()).then_some(tree)
+}
+
+/// Unpack, patch and configure a fresh tree in `work`.
+#[allow(clippy::too_many_arguments)]
+fn prepare_tree(
+    configs_dir: &Path,
+    desc: &Descriptor,
+    sb: &SourceBuild,
+    k: &BuildKey,
+    cache_root: &Path,
+    work: &Path,
+    log: &Path,
+    progress: &dyn Fn(&str),
+) -> Result<PathBuf, KernelError> {
+    let tarball = source::tarball(cache_root, desc, &sb.source, progress)?;
+    progress(&format!("unpacking {}", tarball.display()));
+    let tree = source::unpack(&tarball, work, log)?;
+    for p in &k.patches {
+        progress(&format!("applying {}", p.display()));
+        patches::apply(&tree, p)?;
+    }
+    let requests = configure::requests(&k.fragments)?;
+    configure::configure(
+        &tree,
+        &sb.base,
+        &requests,
+        configs_dir,
+        &desc.path,
+        log,
+        progress,
+    )?;
+    Ok(tree)
 }
 
 /// One build per key at a time; a second process waits, then finds it cached.
