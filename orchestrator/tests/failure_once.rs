@@ -160,10 +160,12 @@ fn build_in_own_group(cache: &Path) -> Child {
         .unwrap()
 }
 
-/// Ctrl-C to the build's whole process group (testbed and make alike).
+/// Stops the build's whole process group (testbed and make alike).
+/// SIGTERM, not SIGINT: a shell that starts a job in the background may
+/// hand SIGINT down ignored.
 fn interrupt(child: &mut Child) {
     let pgid = nix::unistd::Pid::from_raw(-(child.id() as i32));
-    let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGINT);
+    let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGTERM);
     let _ = child.wait();
 }
 
@@ -177,6 +179,11 @@ fn an_interrupted_build_resumes_its_configured_tree() {
     assert_eq!(at.as_deref(), Some("building bzImage"), "{seen:#?}");
     assert!(seen.iter().any(|l| l.contains("unpacking")), "{seen:#?}");
     interrupt(&mut first);
+    let kernels = cache.path().join("kernels");
+    assert!(
+        !kernels.exists() || std::fs::read_dir(&kernels).unwrap().next().is_none(),
+        "the first build was stopped before it finished"
+    );
 
     seen.clear();
     let mut second = build_in_own_group(cache.path());
