@@ -267,6 +267,13 @@ fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::Pr
 }
 
 pub fn render(findings: &[Finding]) -> String {
+    // One column for the names, as wide as the longest (tool paths run long).
+    let width = findings
+        .iter()
+        .map(|x| x.what.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(20, 48);
     let mut s = String::new();
     for x in findings {
         let tag = match x.level {
@@ -274,9 +281,9 @@ pub fn render(findings: &[Finding]) -> String {
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        s.push_str(&format!("[{tag}] {:<20} {}\n", x.what, x.detail));
+        s.push_str(&format!("[{tag}] {:<width$} {}\n", x.what, x.detail));
         if let Some(fix) = &x.fix {
-            s.push_str(&format!("       {:<20} fix: {fix}\n", ""));
+            s.push_str(&format!("       {:<width$} fix: {fix}\n", ""));
         }
     }
     s

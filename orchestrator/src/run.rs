@@ -182,8 +182,11 @@ fn run_timed(
             let qemu = qemu.ok_or_else(|| {
                 RunError::Setup("qemu-system-x86_64 is not installed: run `./x setup` (apt-get install qemu-system-x86)".into())
             })?;
+            // Any point may need them, not only the base workload: a sweep
+            // can turn `engine = "read"` into a hook engine.
+            let needs_bpf = plan.points.iter().any(|p| crate::ebpf::needed(&p.workload));
             let (config, decision, inputs) = prepare_vm(
-                &loaded, &qemu, &agent, &helpers, &prepared, &cache, opts, progress,
+                &loaded, &qemu, &agent, &helpers, &prepared, needs_bpf, &cache, opts, progress,
             )?;
             m.inputs.extend(inputs);
             m.timing_note = decision.timing_note().to_string();
@@ -500,6 +503,7 @@ fn prepare_vm(
     agent: &Path,
     helpers: &[(guestbin::Helper, PathBuf)],
     prepared: &[devices::PreparedDevice],
+    needs_bpf: bool,
     cache: &Path,
     opts: &RunOptions,
     progress: &mut dyn Progress,
@@ -531,7 +535,7 @@ fn prepare_vm(
         files.push((format!("bin/{bin}"), f.clone()));
     }
     // Storage-hook jobs: the BPF programs, built against this kernel.
-    if crate::ebpf::needed(&loaded.base_workload) {
+    if needs_bpf {
         let bpf = crate::ebpf::build_for(&kernel, &paths::repo_root().join("ebpf-programs"), cache)
             .map_err(setup("BPF programs"))?;
         inputs.insert(

@@ -77,11 +77,16 @@ impl Run {
 }
 
 fn run_spec(name: &str) -> Run {
+    run_spec_at(&spec(name))
+}
+
+fn run_spec_at(path: &Path) -> Run {
+    let name = path.display().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let o = testbed(&[
         "run",
-        spec(name).to_str().unwrap(),
+        path.to_str().unwrap(),
         "--out",
         dir.to_str().unwrap(),
     ]);
@@ -226,6 +231,38 @@ fn all_engines_return_the_same_verified_values_at_every_depth() {
     let counts = samples_per_engine(&run, "lookup_latency");
     for e in engines {
         assert_eq!(counts.get(e), Some(&600), "{e}: {counts:?}");
+    }
+}
+
+/// The base workload reads with `read()`; only the sweep reaches a hook
+/// engine. The image must still carry the BPF programs.
+#[test]
+#[ignore = "boots the vm-hooks kernel"]
+fn a_sweep_into_a_hook_engine_boots_with_its_bpf_programs() {
+    let _g = serial();
+    kernel("vm-hooks");
+    let t = tempfile::tempdir().unwrap();
+    let path = t.path().join("sweep-into-hook.toml");
+    std::fs::write(
+        &path,
+        "[experiment]\nname = \"sweep-into-hook\"\nseed = 7\n\n\
+         [vm]\nvcpus = 2\nmemory = \"1G\"\n\n[kernel]\nname = \"vm-hooks\"\n\n\
+         [[devices]]\nname = \"data\"\nkind = \"nvme\"\nsize = \"64M\"\nlogical_block_size = 512\n\n\
+         [workload]\nkind = \"btree\"\ndevice = \"data\"\nengine = \"read\"\ndepth = 2\nkeys = 31\n\
+         lookups_per_thread = 20\nwarmup_lookups = 2\nbuild = \"if-needed\"\n\n\
+         [sweep]\nengine = [\"read\", \"nvme-hook\"]\n",
+    )
+    .unwrap();
+    let run = run_spec_at(&path);
+    let programs = run.manifest["inputs"]["bpf_programs"].as_array();
+    assert!(
+        programs.is_some_and(|p| !p.is_empty()),
+        "{}",
+        run.manifest["inputs"]
+    );
+    let counts = samples_per_engine(&run, "lookup_latency");
+    for e in ["read", "nvme-hook"] {
+        assert!(counts.get(e).is_some_and(|n| *n > 0), "{e}: {counts:?}");
     }
 }
 

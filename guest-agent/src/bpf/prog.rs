@@ -158,21 +158,43 @@ fn sys_load(
         attr.log_size = buf.len() as u32;
         attr.log_buf = buf.as_mut_ptr() as u64;
     }
-    // SAFETY: attr and every buffer it points to outlive the call; the
-    // kernel writes only into the log buffer, within log_size.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            &mut attr as *mut ProgLoadAttr,
-            std::mem::size_of::<ProgLoadAttr>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let fd = retry_on_eagain(LOAD_ATTEMPTS, || {
+        // SAFETY: attr and every buffer it points to outlive the call; the
+        // kernel writes only into the log buffer, within log_size.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_LOAD,
+                &mut attr as *mut ProgLoadAttr,
+                std::mem::size_of::<ProgLoadAttr>(),
+            )
+        };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(fd)
+        }
+    })?;
     // SAFETY: the kernel returned a new file descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// As libbpf: the verifier gives up with EAGAIN when a signal is pending
+/// (6.1's do_check), which under TCG's slow verification happens now and
+/// then; the load is simply tried again.
+const LOAD_ATTEMPTS: u32 = 5;
+
+fn retry_on_eagain<T>(
+    attempts: u32,
+    mut call: impl FnMut() -> Result<T, std::io::Error>,
+) -> Result<T, std::io::Error> {
+    let mut left = attempts.max(1);
+    loop {
+        match call() {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && left > 1 => left -= 1,
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +209,36 @@ mod tests {
         v.extend_from_slice(&imm.to_le_bytes());
         v.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
         v
+    }
+
+    #[test]
+    fn a_load_that_meets_a_pending_signal_is_tried_again() {
+        let eagain = || std::io::Error::from_raw_os_error(libc::EAGAIN);
+        let mut calls = 0;
+        let r = retry_on_eagain(5, || {
+            calls += 1;
+            if calls < 3 { Err(eagain()) } else { Ok(7) }
+        });
+        assert_eq!((r.unwrap(), calls), (7, 3));
+        // It gives up after the attempts, and never retries other errors.
+        let mut calls = 0;
+        let r: Result<(), _> = retry_on_eagain(5, || {
+            calls += 1;
+            Err(eagain())
+        });
+        assert_eq!(
+            (r.unwrap_err().raw_os_error(), calls),
+            (Some(libc::EAGAIN), 5)
+        );
+        let mut calls = 0;
+        let r: Result<(), _> = retry_on_eagain(5, || {
+            calls += 1;
+            Err(std::io::Error::from_raw_os_error(libc::EACCES))
+        });
+        assert_eq!(
+            (r.unwrap_err().raw_os_error(), calls),
+            (Some(libc::EACCES), 1)
+        );
     }
 
     /// Runs on this host's kernel with a stock program type: needs root
