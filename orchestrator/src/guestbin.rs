@@ -87,6 +87,14 @@ pub fn ensure(
     cmd.current_dir(repo)
         .args(["build", "--locked", "--release", "--target", TARGET])
         .env(RUSTFLAGS_VAR, RUSTFLAGS);
+    // Started from a test, we inherit the variables cargo sets for one
+    // crate (CARGO_PKG_NAME, …). Build scripts such as ring's rerun when
+    // those change, so `./x build` and this build would rebuild each other.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(is_per_crate_cargo_var) {
+            cmd.env_remove(name);
+        }
+    }
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         cmd.arg("--target-dir").arg(dir);
     }
@@ -113,6 +121,22 @@ pub fn ensure(
     Ok(path)
 }
 
+/// Variables cargo sets for one crate's build script or test process.
+fn is_per_crate_cargo_var(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "OUT_DIR",
+    ];
+    const PREFIXES: &[&str] = &["CARGO_PKG_", "CARGO_BIN_EXE_", "CARGO_CFG_"];
+    EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// An ELF with no PT_INTERP needs no dynamic loader.
 pub fn is_static(path: &Path) -> bool {
     let Ok(out) = Command::new("ldd").arg(path).output() else {
@@ -124,4 +148,30 @@ pub fn is_static(path: &Path) -> bool {
         String::from_utf8_lossy(&out.stderr)
     );
     text.contains("not a dynamic executable") || text.contains("statically linked")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_per_crate_cargo_variables_are_dropped() {
+        for v in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_BIN_EXE_testbed",
+            "OUT_DIR",
+        ] {
+            assert!(is_per_crate_cargo_var(v), "{v}");
+        }
+        for v in [
+            "CARGO_TARGET_DIR",
+            "CARGO_HOME",
+            "CARGO",
+            RUSTFLAGS_VAR,
+            "PATH",
+        ] {
+            assert!(!is_per_crate_cargo_var(v), "{v}");
+        }
+    }
 }
