@@ -6,7 +6,6 @@
 //! start instead of after a ten-minute build.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The table, compiled in so the binary checks what its source declared.
@@ -138,23 +137,9 @@ pub fn locate(tool: &str) -> Result<String, String> {
             Err(format!("{python} cannot import {module}"))
         };
     }
-    find(tool)
+    crate::image::libs::find_program(tool)
         .map(|p| p.display().to_string())
         .ok_or_else(|| "not found".into())
-}
-
-/// A command on PATH (or in the sbin directories), or an absolute file.
-fn find(tool: &str) -> Option<PathBuf> {
-    if tool.starts_with('/') {
-        let p = PathBuf::from(tool);
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .filter(|d| !d.is_empty())
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
 }
 
 /// The tools of some steps that are absent, each once.
@@ -253,6 +238,7 @@ pub fn apt_packages(table: &[Tool]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path, PathBuf};
 
     #[test]
     fn the_compiled_in_table_parses_and_covers_every_need() {

@@ -105,9 +105,10 @@ fn run_timed(
     crate::hosttools::preflight(&needs(spec, &plan)).map_err(|e| RunError::Setup(e.to_string()))?;
     // The kernel too (fetched, built or found in the cache): a build that
     // fails leaves no run directory behind.
-    if spec.experiment.executor == ExecutorKind::Qemu {
-        resolve_kernel(&loaded, &paths::cache_root())?;
-    }
+    let kernel = match spec.experiment.executor {
+        ExecutorKind::Qemu => Some(resolve_kernel(&loaded, &paths::cache_root())?),
+        _ => None,
+    };
     let spec_sha = hex::encode(Sha256::digest(loaded.source.as_bytes()));
     let repo = paths::repo_root();
     let cache = paths::cache_root();
@@ -185,8 +186,12 @@ fn run_timed(
             // Any point may need them, not only the base workload: a sweep
             // can turn `engine = "read"` into a hook engine.
             let needs_bpf = plan.points.iter().any(|p| crate::ebpf::needed(&p.workload));
+            let kernel = kernel.ok_or_else(|| {
+                RunError::Setup("internal: the qemu executor's kernel was not resolved".into())
+            })?;
             let (config, decision, inputs) = prepare_vm(
-                &loaded, &qemu, &agent, &helpers, &prepared, needs_bpf, &cache, opts, progress,
+                &loaded, &qemu, &kernel, &agent, &helpers, &prepared, needs_bpf, &cache, opts,
+                progress,
             )?;
             m.inputs.extend(inputs);
             m.timing_note = decision.timing_note().to_string();
@@ -500,6 +505,7 @@ type VmPrep = (VmConfig, AccelDecision, BTreeMap<String, serde_json::Value>);
 fn prepare_vm(
     loaded: &LoadedSpec,
     qemu: &Path,
+    kernel: &kernel::KernelArtifact,
     agent: &Path,
     helpers: &[(guestbin::Helper, PathBuf)],
     prepared: &[devices::PreparedDevice],
@@ -510,7 +516,6 @@ fn prepare_vm(
 ) -> Result<VmPrep, RunError> {
     let spec = &loaded.spec;
     let mut inputs = BTreeMap::new();
-    let kernel = resolve_kernel(loaded, cache)?;
     inputs.insert(
         "kernel".into(),
         serde_json::json!({
@@ -536,7 +541,7 @@ fn prepare_vm(
     }
     // Storage-hook jobs: the BPF programs, built against this kernel.
     if needs_bpf {
-        let bpf = crate::ebpf::build_for(&kernel, &paths::repo_root().join("ebpf-programs"), cache)
+        let bpf = crate::ebpf::build_for(kernel, &paths::repo_root().join("ebpf-programs"), cache)
             .map_err(setup("BPF programs"))?;
         inputs.insert(
             "bpf_programs".into(),
