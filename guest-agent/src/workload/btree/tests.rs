@@ -270,8 +270,11 @@ fn compare_with_fio_reports_the_ratio() {
     assert_eq!(segments.len(), 4);
     assert_eq!(num(&s, "verified_lookups"), 600.0);
     // Both sides' CPU per I/O, which is what separates them under TCG.
+    // fio's usr/sys percentages come from tick-based rusage, so a run of a
+    // few milliseconds may honestly report 0; the key must still be there.
     assert!(num(&s, "cpu_us_per_io") > 0.0);
-    assert!(num(&s, "fio.cpu_us_per_io") > 0.0);
+    let fio_cpu = num(&s, "fio.cpu_us_per_io");
+    assert!(fio_cpu >= 0.0 && fio_cpu.is_finite(), "{fio_cpu}");
 }
 
 #[test]
