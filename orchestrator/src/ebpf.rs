@@ -6,9 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use testbed_agent::workload::Workload;
-use testbed_agent::workload::btree::Mode;
-
 use crate::kernel::KernelArtifact;
 
 /// Where the agent looks for the objects (`engine_hook::BPF_DIR`).
@@ -41,16 +38,6 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> EbpfError + '_ {
     move |source| EbpfError::Io {
         path: path.to_path_buf(),
         source,
-    }
-}
-
-/// Whether a job runs the storage hooks (and so needs the programs).
-pub fn needed(w: &Workload) -> bool {
-    match w {
-        Workload::Btree(p) => {
-            p.mode == Mode::HookSafety || p.engine_list().iter().any(|e| e.is_hook())
-        }
-        _ => false,
     }
 }
 
@@ -144,14 +131,15 @@ mod tests {
 
     #[test]
     fn only_hook_jobs_need_the_programs() {
-        let w = |extra: &str| -> Workload {
+        let needed = |w: testbed_agent::workload::Workload| w.needs().bpf_programs;
+        let w = |extra: &str| {
             serde_json::from_str(&format!(r#"{{"kind": "btree", "device": "d"{extra}}}"#)).unwrap()
         };
-        assert!(!needed(&w("")));
-        assert!(!needed(&w(r#", "engines": ["read", "io-uring"]"#)));
-        assert!(needed(&w(r#", "engines": ["read", "nvme-hook"]"#)));
-        assert!(needed(&w(r#", "engine": "syscall-hook-uring""#)));
-        assert!(needed(&w(r#", "mode": "hook-safety""#)));
+        assert!(!needed(w("")));
+        assert!(!needed(w(r#", "engines": ["read", "io-uring"]"#)));
+        assert!(needed(w(r#", "engines": ["read", "nvme-hook"]"#)));
+        assert!(needed(w(r#", "engine": "syscall-hook-uring""#)));
+        assert!(needed(w(r#", "mode": "hook-safety""#)));
     }
 
     #[test]

@@ -34,12 +34,10 @@ pub const PACKAGES: &[&str] = &["testbed", "testbed-agent", "testbed-flight", "t
 const RUSTFLAGS_VAR: &str = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS";
 const RUSTFLAGS: &str = "-C target-feature=+crt-static";
 
-/// (package, binary, override env var)
-pub type Helper = (&'static str, &'static str, &'static str);
-
-pub const AGENT: Helper = ("testbed-agent", "testbed-agent", "TESTBED_AGENT_BIN");
-pub const FLIGHT: Helper = ("testbed-flight", "testbed-flight", "TESTBED_FLIGHT_BIN");
-pub const ASAM: Helper = ("testbed-asam", "testbed-asam", "TESTBED_ASAM_BIN");
+/// Names, packages and override variables are declared once, in the
+/// agent's workload registry, and shared with the agent that runs them.
+pub use testbed_agent::workload::Helper;
+pub use testbed_agent::workload::registry::{AGENT, ASAM, FLIGHT};
 
 /// `$CARGO_TARGET_DIR/<triple>/release`, or the workspace's `target/`.
 pub fn release_dir(repo: &Path) -> PathBuf {
@@ -62,10 +60,10 @@ pub fn command_line() -> String {
 /// Returns the static binary, building it (incrementally) from the source tree.
 pub fn ensure(
     repo: &Path,
-    which: (&str, &str, &str),
+    which: Helper,
     progress: &mut dyn FnMut(&str),
 ) -> Result<PathBuf, GuestBinError> {
-    let (_, bin, env) = which;
+    let (bin, env) = (which.binary, which.env);
     if let Ok(p) = std::env::var(env) {
         return Ok(PathBuf::from(p));
     }

@@ -212,17 +212,6 @@ pub fn check_with(
     })
 }
 
-/// The steps a workload kind needs tools for on the host, beyond booting:
-/// what the host executor runs, or what the image copies from the host.
-pub fn workload_needs(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "fio" => &["fio"],
-        "asam-preproc" => &["asam"],
-        "flight-query" => &["postgres"],
-        _ => &[],
-    }
-}
-
 /// The Debian packages of the table (for `./x setup`; pip ones excluded).
 pub fn apt_packages(table: &[Tool]) -> Vec<String> {
     let mut v: Vec<String> = table

@@ -2,7 +2,7 @@
 //! experiments a TOML spec describes, keeps every raw sample with its
 //! provenance.
 
-pub mod depth_scaling;
+pub mod analysis;
 pub mod devices;
 pub mod doctor;
 pub mod ebpf;

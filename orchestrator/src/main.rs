@@ -97,11 +97,24 @@ enum Command {
     },
     /// Summary of a run directory.
     Show { run: PathBuf },
+    /// Rewrite run directories written before the tidy tables (samples with
+    /// kind/rep/param.* columns) as samples.parquet + summary.parquet; the
+    /// old files are kept under RUN/legacy/.
+    Upgrade {
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
     /// Kernels: fetch, build, list the cache.
     Kernel {
         #[command(subcommand)]
         command: KernelCommand,
     },
+    /// Arrow Flight benchmarks: serve, bench, query, ... (as the guest's testbed-flight).
+    #[command(subcommand)]
+    Flight(testbed_flight::FlightCommand),
+    /// ArrowSAM pre-processing benchmark: prepare, bench-preproc (as the guest's testbed-asam).
+    #[command(subcommand)]
+    Asam(testbed_asam::AsamCommand),
 }
 
 #[derive(Subcommand)]
@@ -124,7 +137,11 @@ enum KernelCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    install_interrupt_handler();
+    // The helpers' commands keep their own signal handling (flight serve
+    // stops on SIGINT/SIGTERM; asam stops on SIGINT as its binary does).
+    if !matches!(cli.command, Command::Flight(_) | Command::Asam(_)) {
+        install_interrupt_handler();
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -199,6 +216,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Validate { spec } => {
             let (loaded, plan) = run::check_spec(&spec)?;
+            let defs = figures::def::load_all(&figures::def::default_dir())?;
+            let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs);
+            if !misfits.is_empty() {
+                anyhow::bail!("{}: {}", spec.display(), misfits.join("\n  "));
+            }
             println!(
                 "{}: ok — experiment {}, {} points ({} sweep combinations × {} repetitions), executor {:?}",
                 spec.display(),
@@ -265,11 +287,36 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             print!("{}", show::list_specs(&dir));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Upgrade { runs } => {
+            for run in runs {
+                match testbed::results::upgrade::upgrade(&run)? {
+                    testbed::results::upgrade::Outcome::AlreadyTidy => {
+                        println!("{}: already in the tidy layout", run.display());
+                    }
+                    testbed::results::upgrade::Outcome::Upgraded {
+                        raw_rows,
+                        summary_rows,
+                    } => println!(
+                        "{}: {raw_rows} raw rows, {summary_rows} summary rows (old files in legacy/)",
+                        run.display()
+                    ),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Show { run } => {
             print!("{}", show::show_run(&run).map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Kernel { command } => kernel_command(command),
+        Command::Flight(command) => {
+            testbed_flight::run_command(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Asam(command) => {
+            testbed_asam::run_command(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

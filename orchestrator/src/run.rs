@@ -17,7 +17,7 @@ use crate::qemu::accel::{self, AccelDecision};
 use crate::qemu::argv::{Accel, VmConfig};
 use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
 use crate::results::rundir::{RunDir, is_empty_dir, new_run_id};
-use crate::results::samples;
+use crate::results::{samples, summary_table};
 use crate::spec::{AccelChoice, ExecutorKind, LoadedSpec};
 use crate::{devices, guestbin, hostinfo, image, kernel, paths};
 
@@ -73,8 +73,8 @@ pub fn needs(spec: &crate::spec::Spec, plan: &Plan) -> Vec<&'static str> {
         needs.push("vm");
     }
     for p in &plan.points {
-        for n in crate::hosttools::workload_needs(p.workload.kind()) {
-            if !needs.contains(n) {
+        for n in p.workload.needs().host_steps {
+            if !needs.contains(&n) {
                 needs.push(n);
             }
         }
@@ -162,19 +162,19 @@ fn run_timed(
     let agent =
         guestbin::ensure(&repo, guestbin::AGENT, &mut stage).map_err(setup("guest agent"))?;
     m.inputs.insert("agent".into(), file_input(&agent));
-    // Helper binaries the agent runs as child processes, by workload kind.
+    // Helper binaries the agent runs as child processes, as the points'
+    // workloads declare them.
+    let wanted: std::collections::BTreeSet<guestbin::Helper> = plan
+        .points
+        .iter()
+        .flat_map(|p| p.workload.needs().helpers)
+        .collect();
     let mut helpers: Vec<(guestbin::Helper, PathBuf)> = Vec::new();
-    for (helper, wanted) in [(guestbin::FLIGHT, "flight"), (guestbin::ASAM, "asam")] {
-        let needed = plan
-            .points
-            .iter()
-            .any(|p| p.workload.kind().starts_with(wanted));
-        if needed {
-            let f = guestbin::ensure(&repo, helper, &mut stage)
-                .map_err(setup(&format!("{} binary", helper.1)))?;
-            m.inputs.insert(wanted.into(), file_input(&f));
-            helpers.push((helper, f));
-        }
+    for helper in wanted {
+        let f = guestbin::ensure(&repo, helper, &mut stage)
+            .map_err(setup(&format!("{} binary", helper.binary)))?;
+        m.inputs.insert(helper.binary.into(), file_input(&f));
+        helpers.push((helper, f));
     }
     let qemu = crate::qemu::qemu_binary();
     m.host = serde_json::to_value(hostinfo::collect(&repo, qemu.as_deref())).unwrap_or_default();
@@ -185,7 +185,7 @@ fn run_timed(
             })?;
             // Any point may need them, not only the base workload: a sweep
             // can turn `engine = "read"` into a hook engine.
-            let needs_bpf = plan.points.iter().any(|p| crate::ebpf::needed(&p.workload));
+            let needs_bpf = plan.points.iter().any(|p| p.workload.needs().bpf_programs);
             let kernel = kernel.ok_or_else(|| {
                 RunError::Setup("internal: the qemu executor's kernel was not resolved".into())
             })?;
@@ -214,7 +214,7 @@ fn run_timed(
             m.timing_note = "host executor: timings are of this host".into();
             let env = helpers
                 .iter()
-                .map(|((_, _, var), f)| (var.to_string(), f.to_string_lossy().into_owned()))
+                .map(|(h, f)| (h.env.to_string(), f.to_string_lossy().into_owned()))
                 .collect();
             Box::new(HostExecutor {
                 agent: agent.clone(),
@@ -262,8 +262,9 @@ fn run_timed(
             crate::spec::BootPolicy::PerPoint => queue[..1].to_vec(),
         };
         let mut failed_fast = false;
+        let run_id = m.run_id.clone();
         let mut on_point = |point: &Point, outcome: PointOutcome| -> Result<(), String> {
-            let rec = store_point(&rd, point, outcome, boot_index)?;
+            let rec = store_point(&rd, &run_id, point, outcome, boot_index)?;
             progress_note(&rec, &mut **progress_cell.borrow_mut());
             let ok = rec.ok;
             records.insert(rec.id.clone(), rec);
@@ -325,6 +326,10 @@ fn run_timed(
     ok_files.sort();
     if !ok_files.is_empty() {
         samples::merge(&ok_files, &rd.samples()).map_err(setup("merge samples"))?;
+        let done: Vec<&PointRecord> = records.values().filter(|r| r.ok).collect();
+        let table = summary_table::batch(&m.run_id, &done).map_err(setup("summary table"))?;
+        samples::write_parquet(&rd.summary(), table.schema(), &[table])
+            .map_err(setup("summary table"))?;
     }
     m.points = records.values().cloned().collect();
     let any_failed = m.points.iter().any(|p| !p.ok);
@@ -363,6 +368,7 @@ fn progress_note(rec: &PointRecord, progress: &mut dyn Progress) {
 /// presence is what marks the point done for --resume).
 fn store_point(
     rd: &RunDir,
+    run_id: &str,
     point: &Point,
     outcome: PointOutcome,
     boot: u32,
@@ -372,6 +378,7 @@ fn store_point(
         point: point.point,
         rep: point.rep,
         params: point.params.clone(),
+        workload: Some(point.workload.resolved()),
         seed: point.seed,
         ok: false,
         error: None,
@@ -387,7 +394,7 @@ fn store_point(
             wall_s,
         } => {
             let batch =
-                samples::point_batch(point, &chunks, &summary).map_err(|e| e.to_string())?;
+                samples::point_batch(run_id, point, boot, &chunks).map_err(|e| e.to_string())?;
             samples::write_parquet(&rd.point_samples(&rec.id), batch.schema(), &[batch])
                 .map_err(|e| e.to_string())?;
             rec.ok = true;
@@ -536,8 +543,8 @@ fn prepare_vm(
         })
         .collect();
     let mut files = Vec::new();
-    for ((_, bin, _), f) in helpers {
-        files.push((format!("bin/{bin}"), f.clone()));
+    for (helper, f) in helpers {
+        files.push((format!("bin/{}", helper.binary), f.clone()));
     }
     // Storage-hook jobs: the BPF programs, built against this kernel.
     if needs_bpf {

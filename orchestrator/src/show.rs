@@ -73,7 +73,7 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
                 .and_then(|v| v.as_f64())
                 .map(|v| format!("{k}={v:.1}"))
         })
-        .chain(per_engine_numbers(&p.summary))
+        .chain(per_engine_numbers(p))
         .collect();
         let status = if p.ok {
             "ok    ".to_string()
@@ -97,10 +97,10 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
             s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
         }
     }
-    let scaling = crate::depth_scaling::depth_series(&m.points);
+    let scaling = crate::analysis::btree_depth::depth_series(&m.points);
     if !scaling.is_empty() {
         s.push_str("latency by depth (mean lookup latency; one read per level makes a line)\n");
-        for line in crate::depth_scaling::describe(&scaling) {
+        for line in crate::analysis::btree_depth::describe(&scaling) {
             s.push_str(&format!("  {line}\n"));
         }
     }
@@ -109,6 +109,7 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         [
             "manifest.json",
             "samples.parquet",
+            "summary.parquet",
             "console.log",
             "spec.toml"
         ]
@@ -121,25 +122,40 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
     Ok(s)
 }
 
-/// With several engines in one job the keys carry the engine's name
-/// (`read.lookups_per_s`): show each engine's rate and mean latency.
-fn per_engine_numbers(
-    summary: &std::collections::BTreeMap<String, serde_json::Value>,
-) -> Vec<String> {
-    let Some(engines) = summary.get("engines").and_then(|e| e.as_array()) else {
-        return Vec::new();
+/// With several engines in one job: each engine's rate and mean latency,
+/// from the summary table's rows (the one place keys are split).
+fn per_engine_numbers(p: &crate::results::manifest::PointRecord) -> Vec<String> {
+    let rows = crate::results::summary_table::rows(p);
+    let engine_value = |engine: &str, metric: &str| {
+        rows.iter()
+            .find(|r| {
+                r.metric == metric
+                    && r.scope
+                        .as_ref()
+                        .is_some_and(|(t, v)| t == "engine" && v == engine)
+            })
+            .and_then(|r| r.value)
     };
+    let mut engines: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| {
+            r.scope
+                .as_ref()
+                .filter(|(t, _)| t == "engine")
+                .map(|(_, v)| v.as_str())
+        })
+        .collect();
+    engines.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    engines.retain(|e| seen.insert(*e));
     if engines.len() < 2 {
         return Vec::new();
     }
     engines
         .iter()
-        .filter_map(|e| e.as_str())
         .filter_map(|e| {
-            let rate = summary.get(&format!("{e}.lookups_per_s"))?.as_f64()?;
-            let mean = summary
-                .get(&format!("{e}.lookup_latency_mean_ns"))?
-                .as_f64()?;
+            let rate = engine_value(e, "lookups_per_s")?;
+            let mean = engine_value(e, "lookup_latency_mean_ns")?;
             Some(format!("{e}: {rate:.0}/s {:.0}µs", mean / 1e3))
         })
         .collect()
@@ -270,12 +286,15 @@ mod tests {
         let dir = crate::paths::repo_root().join("experiments");
         let specs = find_specs(&dir);
         assert!(specs.len() > 20, "found only {specs:?}");
+        let defs = crate::figures::def::load_all(&crate::figures::def::default_dir()).unwrap();
         let bad: Vec<String> = specs
             .iter()
-            .filter_map(|p| {
-                crate::run::check_spec(p)
-                    .err()
-                    .map(|e| format!("{}: {e}", p.display()))
+            .flat_map(|p| match crate::run::check_spec(p) {
+                Err(e) => vec![format!("{}: {e}", p.display())],
+                // Every figure it names can find its metric and columns.
+                Ok((loaded, plan)) => {
+                    crate::figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs)
+                }
             })
             .collect();
         assert!(bad.is_empty(), "{}", bad.join("\n"));

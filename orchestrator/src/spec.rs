@@ -327,25 +327,65 @@ pub struct LoadedSpec {
 }
 
 impl LoadedSpec {
-    /// An error about `field` in `[section]`, located at that key's line.
+    /// An error about `key` in `[section]` (a dotted section such as
+    /// `topology.server` is a path of tables), located at that key's line,
+    /// or at the section when the key is not written.
     pub fn error_at(
         &self,
         section: &str,
         key: Option<&str>,
         message: impl Into<String>,
     ) -> SpecError {
-        let (line, column) = locate(&self.source, section, key);
+        let mut path: Vec<PathSeg<'_>> = section.split('.').map(PathSeg::Key).collect();
+        path.extend(key.map(PathSeg::Key));
+        self.error_at_path(&path, message)
+    }
+
+    /// An error about the value at `path` (e.g. `devices`, 1, `size`),
+    /// located at the deepest part of the path that is written in the file.
+    /// The field reads `devices[1].size`.
+    pub fn error_at_path(&self, path: &[PathSeg<'_>], message: impl Into<String>) -> SpecError {
+        let (line, column) = match locate(&self.source, path) {
+            Some(offset) => {
+                let (l, c) = line_col(&self.source, offset);
+                (Some(l), Some(c))
+            }
+            None => (None, None),
+        };
         SpecError {
             file: self.path.clone(),
             line,
             column,
-            field: Some(match key {
-                Some(k) => format!("{section}.{k}"),
-                None => section.to_string(),
-            }),
+            field: Some(field_name(path)),
             message: message.into(),
         }
     }
+}
+
+/// One step of a path into the spec document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathSeg<'a> {
+    /// A key of a table.
+    Key(&'a str),
+    /// An element of an array (or array of tables, `[[devices]]`).
+    Index(usize),
+}
+
+/// `devices[1].size` for [`Key("devices")`, `Index(1)`, `Key("size")`].
+fn field_name(path: &[PathSeg<'_>]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            PathSeg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            PathSeg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
 }
 
 /// Reads and type-checks a spec file. Sweep points are checked by `plan`.
@@ -449,9 +489,14 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let mut names = std::collections::BTreeSet::new();
     for (i, d) in spec.devices.iter().enumerate() {
         let at = |key: &str, msg: String| {
-            let mut e = loaded.error_at("devices", Some(key), msg);
-            e.field = Some(format!("devices[{i}].{key}"));
-            e
+            loaded.error_at_path(
+                &[
+                    PathSeg::Key("devices"),
+                    PathSeg::Index(i),
+                    PathSeg::Key(key),
+                ],
+                msg,
+            )
         };
         if d.name.is_empty()
             || d.name.len() > 20
@@ -560,15 +605,18 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
 }
 
 fn toml_error(path: &Path, source: &str, e: &toml::de::Error) -> SpecError {
-    let (line, column) = match e.span() {
+    let span = e.span();
+    let (line, column) = match &span {
         Some(span) => {
             let (l, c) = line_col(source, span.start);
             (Some(l), Some(c))
         }
         None => (None, None),
     };
-    // The key at the error span names the field best; fall back to the message.
-    let field = e.span().and_then(|s| field_path_at(source, s.start));
+    // The key or value at the error span names the field best.
+    let field = span
+        .and_then(|s| path_at(source, s.start))
+        .map(|p| field_name(&p.iter().map(OwnedSeg::as_seg).collect::<Vec<_>>()));
     SpecError {
         file: path.to_path_buf(),
         line,
@@ -589,58 +637,103 @@ pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// `section.key` for the line holding `offset`, from the last header above it.
-fn field_path_at(source: &str, offset: usize) -> Option<String> {
-    let (line_no, _) = line_col(source, offset);
-    let lines: Vec<&str> = source.lines().collect();
-    let line = lines.get(line_no - 1)?.trim();
-    let key = line
-        .split('=')
-        .next()
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && !k.starts_with('['));
-    let section = lines[..line_no - 1]
-        .iter()
-        .rev()
-        .map(|l| l.trim())
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').to_string());
-    match (section, key) {
-        (Some(s), Some(k)) => Some(format!("{s}.{k}")),
-        (None, Some(k)) => Some(k.to_string()),
-        (Some(s), None) if line.starts_with('[') => Some(s),
-        _ => None,
+/// Where `(key, value)` is written: the table header (`[vm]`, `[[devices]]`)
+/// for a table opened by one, else the key.
+fn entry_offset(key: &toml::Spanned<toml::de::DeString<'_>>, value: &SpannedValue<'_>) -> usize {
+    key.span().start.min(value.span().start)
+}
+
+type SpannedValue<'i> = toml::Spanned<toml::de::DeValue<'i>>;
+
+/// Byte offset of the deepest part of `path` written in `source`, from the
+/// spans of the TOML parser. `None` when the source does not parse or not
+/// even the first key is written.
+fn locate(source: &str, path: &[PathSeg<'_>]) -> Option<usize> {
+    let doc = toml::de::DeTable::parse(source).ok()?;
+    let mut table = Some(doc.get_ref());
+    let mut array: Option<&[SpannedValue<'_>]> = None;
+    let mut found = None;
+    for seg in path {
+        let value = match seg {
+            PathSeg::Key(k) => {
+                let Some((key, value)) = table.and_then(|t| t.get_key_value(*k)) else {
+                    break;
+                };
+                found = Some(entry_offset(key, value));
+                value
+            }
+            PathSeg::Index(i) => {
+                let Some(value) = array.and_then(|a| a.get(*i)) else {
+                    break;
+                };
+                found = Some(value.span().start);
+                value
+            }
+        };
+        table = value.get_ref().as_table();
+        array = value.get_ref().as_array().map(|a| a.as_ref());
+    }
+    found
+}
+
+/// A [`PathSeg`] that owns its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OwnedSeg {
+    Key(String),
+    Index(usize),
+}
+
+impl OwnedSeg {
+    fn as_seg(&self) -> PathSeg<'_> {
+        match self {
+            OwnedSeg::Key(k) => PathSeg::Key(k),
+            OwnedSeg::Index(i) => PathSeg::Index(*i),
+        }
     }
 }
 
-/// Line and column of `key = ...` inside `[section]` (or of the header).
-fn locate(source: &str, section: &str, key: Option<&str>) -> (Option<usize>, Option<usize>) {
-    let mut in_section = false;
-    let mut header = None;
-    for (i, raw) in source.lines().enumerate() {
-        let line = raw.trim();
-        if line.starts_with('[') {
-            let name = line.trim_matches(|c| c == '[' || c == ']').trim();
-            in_section = name == section;
-            if in_section && header.is_none() {
-                header = Some(i + 1);
-            }
-            continue;
+/// The path of the innermost key or value written at `offset`.
+fn path_at(source: &str, offset: usize) -> Option<Vec<OwnedSeg>> {
+    let doc = toml::de::DeTable::parse(source).ok()?;
+    let mut path = Vec::new();
+    path_in_table(doc.get_ref(), offset, &mut path).then_some(path)
+}
+
+fn span_holds(span: &std::ops::Range<usize>, offset: usize) -> bool {
+    span.contains(&offset) || span.start == offset
+}
+
+/// Pushes onto `path` the entries of `table` down to the one at `offset`.
+fn path_in_table(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<OwnedSeg>) -> bool {
+    for (key, value) in table {
+        path.push(OwnedSeg::Key(key.get_ref().to_string()));
+        // A table or an array of tables may hold the offset anywhere below
+        // its header (or its first header), so always look inside.
+        if path_in_value(value.get_ref(), offset, path)
+            || span_holds(&key.span(), offset)
+            || span_holds(&value.span(), offset)
+        {
+            return true;
         }
-        if in_section && let Some(k) = key {
-            let lhs = line
-                .split('=')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .trim_matches('"');
-            if line.contains('=') && lhs == k {
-                let col = raw.len() - raw.trim_start().len() + 1;
-                return (Some(i + 1), Some(col));
+        path.pop();
+    }
+    false
+}
+
+fn path_in_value(value: &toml::de::DeValue<'_>, offset: usize, path: &mut Vec<OwnedSeg>) -> bool {
+    if let Some(t) = value.as_table() {
+        return path_in_table(t, offset, path);
+    }
+    if let Some(a) = value.as_array() {
+        for (i, el) in a.iter().enumerate() {
+            path.push(OwnedSeg::Index(i));
+            if path_in_value(el.get_ref(), offset, path) || span_holds(&el.span(), offset) {
+                return true;
             }
+            path.pop();
         }
     }
-    (header, header.map(|_| 1))
+    false
 }
 
 #[cfg(test)]
@@ -696,7 +789,7 @@ threads = [1, 2]
         let e = err(&GOOD.replace("size = \"64M\"", "size = \"12QB\""));
         assert_eq!(e.line, Some(12), "{e}");
         assert!(e.message.contains("unknown unit \"QB\""), "{e}");
-        assert_eq!(e.field.as_deref(), Some("devices.size"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("devices[0].size"), "{e}");
     }
 
     #[test]
@@ -729,6 +822,77 @@ threads = [1, 2]
         assert!(e.message.contains("needs a size"), "{e}");
         let e = err(&GOOD.replace("kind = \"nvme\"\nsize = \"64M\"", "kind = \"vfio\""));
         assert!(e.message.contains("PCI address explicitly"), "{e}");
+    }
+
+    /// GOOD with a second `[[devices]]` block (lines 14 to 17) before
+    /// `[workload]`, its `size` line replaced by `size_line`.
+    fn two_devices(size_line: &str) -> String {
+        let second =
+            format!("[[devices]]\nname = \"logs\"\nkind = \"nvme\"\n{size_line}\n\n[workload]");
+        GOOD.replace("[workload]", &second)
+    }
+
+    #[test]
+    fn an_error_in_the_second_device_points_at_the_second_block() {
+        let src = two_devices("size = \"64M\"");
+        assert_eq!(src.lines().nth(13), Some("[[devices]]"));
+        parse(Path::new("x.toml"), &src).unwrap();
+
+        // A check of the whole spec: the key is also written in the first
+        // block (line 12), the error is about the second one's (line 17).
+        let e = err(&two_devices("size = \"1000\""));
+        assert_eq!((e.line, e.column), (Some(17), Some(1)), "{e}");
+        assert_eq!(e.field.as_deref(), Some("devices[1].size"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("x.toml:17:1: devices[1].size: 1000 is not"),
+            "{e}"
+        );
+
+        // A value the TOML types refuse.
+        let e = err(&two_devices("size = \"12QB\""));
+        assert_eq!(e.line, Some(17), "{e}");
+        assert_eq!(e.field.as_deref(), Some("devices[1].size"), "{e}");
+        assert!(e.to_string().starts_with("x.toml:17:"), "{e}");
+        assert!(e.message.contains("unknown unit \"QB\""), "{e}");
+
+        // A name taken by the first block (line 10).
+        let e = err(&two_devices("size = \"64M\"").replace("\"logs\"", "\"data\""));
+        assert_eq!(e.line, Some(15), "{e}");
+        assert_eq!(e.field.as_deref(), Some("devices[1].name"), "{e}");
+        assert!(e.message.contains("declared twice"), "{e}");
+
+        // A key not written: the error points at the second block's header.
+        let e = err(&two_devices(""));
+        assert_eq!((e.line, e.column), (Some(14), Some(1)), "{e}");
+        assert_eq!(e.field.as_deref(), Some("devices[1].size"), "{e}");
+        assert!(e.message.contains("needs a size"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_field_in_the_second_device_names_it() {
+        let e = err(&two_devices("size = \"64M\"").replace(
+            "kind = \"nvme\"\nsize = \"64M\"\n\n[workload]",
+            "size = \"64M\"\n\n[workload]",
+        ));
+        assert!(e.message.contains("missing field `kind`"), "{e}");
+        assert_eq!(e.line, Some(14), "{e}");
+        assert_eq!(e.field.as_deref(), Some("devices[1]"), "{e}");
+    }
+
+    #[test]
+    fn errors_in_dotted_sections_and_sweeps_are_located() {
+        let s = parse(Path::new("x.toml"), GOOD).unwrap();
+        let e = s.error_at("sweep", Some("threads"), "m");
+        assert_eq!((e.line, e.column), (Some(20), Some(1)), "{e}");
+        assert_eq!(e.field.as_deref(), Some("sweep.threads"));
+        // A key not written points at its section's header.
+        let e = s.error_at("vm", Some("vcpus"), "m");
+        assert_eq!((e.line, e.column), (Some(6), Some(1)), "{e}");
+        // A section not written at all has no line.
+        let e = s.error_at("topology.server", None, "m");
+        assert_eq!(e.line, None, "{e}");
+        assert_eq!(e.to_string(), "x.toml: topology.server: m");
     }
 
     #[test]

@@ -126,7 +126,7 @@ fn samples_per_engine(run: &Run, metric: &str) -> BTreeMap<String, u64> {
             "import pyarrow.parquet as pq, pyarrow.compute as pc, collections\n\
              t = pq.read_table('{}')\n\
              r = t.filter(pc.equal(t['metric'], '{metric}'))\n\
-             c = collections.Counter(r['tag.engine'].to_pylist())\n\
+             c = collections.Counter(r['tag_engine'].to_pylist())\n\
              print(' '.join(f'{{k}}={{v}}' for k, v in sorted(c.items())))",
             run.dir.join("samples.parquet").display()
         ))

@@ -2,9 +2,12 @@
 //! chromosome (plus one for unmapped reads), kept in a shared-memory store,
 //! sorted and duplicate-marked per chromosome; and the benchmark that times
 //! this against Picard, Sambamba and samtools on the same aligned reads.
+//!
+//! [`cli`] holds the `testbed asam ...` / `testbed-asam ...` commands.
 
 pub mod bench;
 pub mod cigar;
+pub mod cli;
 pub mod load;
 pub mod markdup;
 pub mod prepare;
@@ -15,6 +18,8 @@ pub mod store;
 #[cfg(test)]
 mod testdata;
 pub mod tools;
+
+pub use cli::{AsamCommand, run_command};
 
 use std::path::PathBuf;
 

@@ -1,117 +1,16 @@
-//! `testbed-asam prepare | bench-preproc`: the CLI the agent's
-//! `asam-preproc` workload runs; results are JSON lines on stdout.
+//! `testbed-asam prepare | bench-preproc`: the binary the agent's
+//! `asam-preproc` workload runs; the same subcommands as `testbed asam`
+//! (see [`testbed_asam::cli`]).
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use clap::{Parser, Subcommand};
-use testbed_asam::bench::{BenchOptions, bench};
-use testbed_asam::prepare::{DatasetParams, prepare};
+use clap::Parser;
 
 #[derive(Parser)]
 #[command(name = "testbed-asam", about = "ArrowSAM pre-processing benchmark")]
 struct Cli {
     #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Make (or find cached) a synthetic aligned data set; prints its JSON.
-    Prepare {
-        #[arg(long)]
-        dir: PathBuf,
-        #[arg(long, default_value = "tiny")]
-        name: String,
-        #[arg(long, default_value_t = 2)]
-        chromosomes: u32,
-        #[arg(long, default_value_t = 200_000)]
-        chromosome_length: u64,
-        #[arg(long, default_value_t = 5.0)]
-        coverage: f64,
-        #[arg(long, default_value_t = 0.1)]
-        dup_fraction: f64,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-    },
-    /// Time sort and duplicate marking per tool; one JSON line per stage.
-    BenchPreproc {
-        #[arg(long)]
-        sam: PathBuf,
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "picard,sambamba,samtools,arrowsam"
-        )]
-        tools: Vec<String>,
-        #[arg(long)]
-        workdir: PathBuf,
-        /// The ArrowSAM store; default a fresh directory in /dev/shm.
-        #[arg(long)]
-        store_dir: Option<PathBuf>,
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// JSON lines (the only output format; accepted for symmetry with testbed-flight).
-        #[arg(long)]
-        json: bool,
-    },
+    command: testbed_asam::AsamCommand,
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Cmd::Prepare {
-            dir,
-            name,
-            chromosomes,
-            chromosome_length,
-            coverage,
-            dup_fraction,
-            seed,
-            threads,
-        } => {
-            let p = DatasetParams {
-                name,
-                chromosomes,
-                chromosome_length,
-                coverage,
-                dup_fraction,
-                seed,
-            };
-            let prepared = prepare(&p, &dir, threads)
-                .with_context(|| format!("prepare data set in {}", dir.display()))?;
-            println!("{}", serde_json::to_string(&prepared)?);
-        }
-        Cmd::BenchPreproc {
-            sam,
-            tools,
-            workdir,
-            store_dir,
-            threads,
-            json: _,
-        } => {
-            let store_dir = store_dir.unwrap_or_else(|| {
-                testbed_asam::store::default_dir()
-                    .join(format!("testbed-asam-{}", std::process::id()))
-            });
-            let o = BenchOptions {
-                sam,
-                tools,
-                workdir,
-                store_dir,
-                threads,
-            };
-            let report =
-                bench(&o).with_context(|| format!("bench-preproc on {}", o.sam.display()))?;
-            for s in &report.stages {
-                println!("{}", serde_json::to_string(s)?);
-            }
-            println!(
-                "{}",
-                serde_json::json!({"summary": true, "verification": report.verification})
-            );
-        }
-    }
-    Ok(())
+    testbed_asam::run_command(Cli::parse().command)
 }

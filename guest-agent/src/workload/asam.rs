@@ -150,7 +150,7 @@ impl AsamPreprocParams {
 
 /// `$TESTBED_ASAM_BIN`, then `testbed-asam` on PATH, then /bin.
 pub fn asam_binary() -> Option<PathBuf> {
-    child::find_binary("TESTBED_ASAM_BIN", "testbed-asam")
+    super::registry::ASAM.find()
 }
 
 pub fn run(p: &AsamPreprocParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
@@ -289,6 +289,38 @@ fn record(
     Ok(s)
 }
 
+impl super::WorkloadParams for AsamPreprocParams {
+    fn validate(
+        &self,
+        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+    ) -> Result<(), ParamError> {
+        AsamPreprocParams::validate(self)
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run(self, ctx)
+    }
+    fn needs(&self) -> super::Needs {
+        super::Needs {
+            helpers: vec![super::registry::ASAM],
+            host_steps: vec!["asam"],
+            ..Default::default()
+        }
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        use super::MetricInfo as M;
+        vec![
+            M::raw("stage_seconds", "s", &["tool", "stage"]),
+            M::summary("sort_seconds", "s", &["tool"]),
+            M::summary("markdup_seconds", "s", &["tool"]),
+            M::summary("duplicates", "", &["tool"]),
+            M::summary("records", "", &[]),
+        ]
+    }
+    fn summary_scopes(&self) -> Option<(&'static str, Vec<String>)> {
+        Some(("tool", self.tools.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,7 +381,7 @@ mod tests {
     }
 
     fn real_binary() -> PathBuf {
-        crate::workload::child::built_binary("TESTBED_ASAM_BIN", "testbed-asam")
+        crate::workload::child::built_binary(crate::workload::registry::ASAM.env, crate::workload::registry::ASAM.binary)
     }
 
     #[test]

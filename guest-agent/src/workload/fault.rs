@@ -52,3 +52,18 @@ pub fn run(p: &FaultParams, _ctx: &JobContext) -> Result<Summary, WorkloadError>
         }
     }
 }
+
+impl super::WorkloadParams for FaultParams {
+    fn validate(
+        &self,
+        _devices: &std::collections::BTreeMap<String, crate::protocol::DeviceRef>,
+    ) -> Result<(), super::ParamError> {
+        Ok(())
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run(self, ctx)
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        Vec::new()
+    }
+}

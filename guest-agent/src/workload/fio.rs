@@ -440,6 +440,30 @@ pub fn run(p: &FioParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
     Ok(summary)
 }
 
+impl super::WorkloadParams for FioParams {
+    fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
+        FioParams::validate(self, devices)
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run(self, ctx)
+    }
+    fn needs(&self) -> super::Needs {
+        super::Needs {
+            host_steps: vec!["fio"],
+            ..Default::default()
+        }
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        use super::MetricInfo as M;
+        vec![
+            M::raw("fio_clat_percentile", "ns", &["pct"]),
+            M::summary("iops", "IOPS", &[]),
+            M::summary("clat_mean_ns", "ns", &[]),
+            M::summary("cpu_us_per_io", "µs", &[]),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

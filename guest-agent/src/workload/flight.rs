@@ -198,7 +198,7 @@ impl FlightBulkParams {
 
 /// `$TESTBED_FLIGHT_BIN`, then `testbed-flight` on PATH, then /bin.
 pub fn flight_binary() -> Option<PathBuf> {
-    child::find_binary("TESTBED_FLIGHT_BIN", "testbed-flight")
+    super::registry::FLIGHT.find()
 }
 
 fn other(msg: impl Into<String>) -> WorkloadError {
@@ -726,6 +726,58 @@ pub fn run_query_with_binary(
     Ok(s)
 }
 
+impl super::WorkloadParams for FlightBulkParams {
+    fn validate(
+        &self,
+        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+    ) -> Result<(), ParamError> {
+        FlightBulkParams::validate(self)
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run(self, ctx)
+    }
+    fn needs(&self) -> super::Needs {
+        super::Needs {
+            helpers: vec![super::registry::FLIGHT],
+            ..Default::default()
+        }
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        use super::MetricInfo as M;
+        vec![
+            M::raw("flight_throughput", "MB/s", &["op", "stream"]),
+            M::raw("flight_batch_latency", "ns", &["op", "stream"]),
+            M::summary("mb_per_s", "MB/s", &[]),
+        ]
+    }
+}
+
+impl super::WorkloadParams for FlightQueryParams {
+    fn validate(
+        &self,
+        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+    ) -> Result<(), ParamError> {
+        FlightQueryParams::validate(self)
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run_query(self, ctx)
+    }
+    fn needs(&self) -> super::Needs {
+        super::Needs {
+            helpers: vec![super::registry::FLIGHT],
+            host_steps: vec!["postgres"],
+            ..Default::default()
+        }
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        use super::MetricInfo as M;
+        vec![
+            M::raw("query_seconds", "s", &["client"]),
+            M::summary("rows", "", &[]),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -803,7 +855,7 @@ mod tests {
     }
 
     fn real_binary() -> PathBuf {
-        crate::workload::child::built_binary("TESTBED_FLIGHT_BIN", "testbed-flight")
+        crate::workload::child::built_binary(crate::workload::registry::FLIGHT.env, crate::workload::registry::FLIGHT.binary)
     }
 
     fn run_with_real_binary(p: FlightBulkParams) -> (Summary, Vec<crate::protocol::SampleChunk>) {

@@ -4,14 +4,11 @@
 //! Every workload is a plain library function `run(params, ctx)` so it can be
 //! tested and benchmarked on the host; the agent only dispatches to it.
 
-pub mod asam;
-pub mod btree;
 pub mod child;
 pub mod defaults;
-pub mod fault;
-pub mod fio;
-pub mod flight;
-pub mod randread;
+pub mod registry;
+
+pub use registry::{Helper, MetricInfo, Needs, WorkloadParams};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,76 +17,64 @@ use serde::{Deserialize, Serialize};
 
 use crate::protocol::{DeviceRef, SampleChunk};
 
-/// The `[workload]` table of a spec, tagged by `kind`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Workload {
-    /// Random O_DIRECT reads at queue depth 1 per thread.
-    Randread(randread::RandReadParams),
-    /// Deliberate failures, to exercise the host's crash/hang handling.
-    Fault(fault::FaultParams),
-    /// BPF-KV style B+-tree lookups from user space (read / io-uring).
-    Btree(btree::BtreeParams),
-    /// fio from Debian, the peer check of the lookup engines.
-    Fio(fio::FioParams),
-    /// Arrow Flight bulk transfer (DoGet/DoPut/DoExchange) via the testbed-flight binary.
-    FlightBulk(flight::FlightBulkParams),
-    /// Row protocols vs Flight SQL on a PostgreSQL table, via testbed-flight.
-    FlightQuery(flight::FlightQueryParams),
-    /// Sort + mark duplicates: Picard, Sambamba, samtools, ArrowSAM, via testbed-asam.
-    AsamPreproc(asam::AsamPreprocParams),
+// The registry: one entry per workload module, one line per kind in it.
+// Each type implements `WorkloadParams`, which says
+// everything the host needs to know (helpers, image, host tools, metrics).
+registry::workloads! {
+    mod randread {
+        /// Random O_DIRECT reads at queue depth 1 per thread.
+        Randread(RandReadParams) = "randread"
+    }
+    mod fault {
+        /// Deliberate failures, to exercise the host's crash/hang handling.
+        Fault(FaultParams) = "fault"
+    }
+    mod btree {
+        /// BPF-KV style B+-tree lookups from user space and the hooks.
+        Btree(BtreeParams) = "btree"
+    }
+    mod fio {
+        /// fio from Debian, the peer check of the lookup engines.
+        Fio(FioParams) = "fio"
+    }
+    mod flight {
+        /// Arrow Flight bulk transfer (DoGet/DoPut/DoExchange) via testbed-flight.
+        FlightBulk(FlightBulkParams) = "flight-bulk",
+        /// Row protocols vs Flight SQL on a PostgreSQL table, via testbed-flight.
+        FlightQuery(FlightQueryParams) = "flight-query",
+    }
+    mod asam {
+        /// Sort + mark duplicates: Picard, Sambamba, samtools, ArrowSAM, via testbed-asam.
+        AsamPreproc(AsamPreprocParams) = "asam-preproc"
+    }
+    mod block_latency { BlockLatency(BlockLatencyParams) = "block-latency" }
 }
 
 impl Workload {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Workload::Randread(_) => "randread",
-            Workload::Fault(_) => "fault",
-            Workload::Btree(_) => "btree",
-            Workload::Fio(_) => "fio",
-            Workload::FlightBulk(_) => "flight-bulk",
-            Workload::FlightQuery(_) => "flight-query",
-            Workload::AsamPreproc(_) => "asam-preproc",
-        }
-    }
-
     /// Checks the parameters against the devices the spec declares, before
     /// anything boots. The error names the offending field.
     pub fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
-        match self {
-            Workload::Randread(p) => p.validate(devices),
-            Workload::Fault(_) => Ok(()),
-            Workload::Btree(p) => p.validate(devices),
-            Workload::Fio(p) => p.validate(devices),
-            Workload::FlightBulk(p) => p.validate(),
-            Workload::FlightQuery(p) => p.validate(),
-            Workload::AsamPreproc(p) => p.validate(),
-        }
-    }
-
-    /// Names of the devices this workload uses.
-    pub fn devices(&self) -> Vec<&str> {
-        match self {
-            Workload::Randread(p) => vec![p.device.as_str()],
-            Workload::Fault(_) => vec![],
-            Workload::Btree(p) => vec![p.device.as_str()],
-            Workload::Fio(p) => vec![p.device.as_str()],
-            Workload::FlightBulk(_) => vec![],
-            Workload::FlightQuery(_) => vec![],
-            Workload::AsamPreproc(_) => vec![],
-        }
+        self.params().validate(devices)
     }
 
     pub fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
-        match self {
-            Workload::Randread(p) => randread::run(p, ctx),
-            Workload::Fault(p) => fault::run(p, ctx),
-            Workload::Btree(p) => btree::run(p, ctx),
-            Workload::Fio(p) => fio::run(p, ctx),
-            Workload::FlightBulk(p) => flight::run(p, ctx),
-            Workload::FlightQuery(p) => flight::run_query(p, ctx),
-            Workload::AsamPreproc(p) => asam::run(p, ctx),
-        }
+        self.params().run(ctx)
+    }
+
+    /// What the host must provide for this workload to run.
+    pub fn needs(&self) -> Needs {
+        self.params().needs()
+    }
+
+    /// The metrics this workload emits (raw samples and summary numbers).
+    pub fn metrics(&self) -> Vec<MetricInfo> {
+        self.params().metrics()
+    }
+
+    /// Every field, defaults filled in, as JSON (what the host records for
+    /// each point and writes as `param_<field>` columns).
+    pub fn resolved(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 

@@ -215,6 +215,24 @@ fn read_loop(
     Ok(ThreadResult { latencies_ns })
 }
 
+impl super::WorkloadParams for RandReadParams {
+    fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
+        RandReadParams::validate(self, devices)
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run(self, ctx)
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        use super::MetricInfo as M;
+        vec![
+            M::raw("read_latency", "ns", &[]),
+            M::summary("reads", "", &[]),
+            M::summary("wall_s", "s", &[]),
+            M::summary("iops", "IOPS", &[]),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

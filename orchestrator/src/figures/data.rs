@@ -9,11 +9,13 @@ use arrow::array::{
     Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array,
     UInt64Array,
 };
-use arrow::compute::kernels::boolean::{and, or};
+use arrow::compute::kernels::boolean::and;
 use arrow::compute::kernels::cmp::eq;
-use arrow::compute::kernels::comparison::ends_with;
 use arrow::compute::{concat_batches, filter_record_batch};
-use arrow::datatypes::DataType;
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::{DataType, Field, Schema};
 
 use super::def::{MetricKind, Panel};
 use super::error::{FigureError, file_err};
@@ -148,26 +150,21 @@ pub fn load(dir: &Path) -> Result<RunData, FigureError> {
             samples: None,
         });
     }
-    let (schema, batches) = samples::read_parquet(&spath)?;
-    for (name, ty) in [
-        ("point", DataType::UInt32),
-        ("rep", DataType::UInt32),
-        ("kind", DataType::Utf8),
-        ("metric", DataType::Utf8),
-        ("value", DataType::Float64),
-    ] {
-        match schema.field_with_name(name) {
-            Ok(f) if *f.data_type() == ty => {}
-            Ok(f) => {
-                return Err(file_err(
-                    &spath,
-                    format!("column {name} is {}, expected {ty}", f.data_type()),
-                ));
-            }
-            Err(_) => return Err(file_err(&spath, format!("no column {name}"))),
+    let raw = read_table(&spath, "raw")?;
+    let summary_path = dir.join("summary.parquet");
+    let summary = if summary_path.exists() {
+        Some(read_table(&summary_path, "summary")?)
+    } else {
+        None
+    };
+    let parts: Vec<RecordBatch> = [Some(raw), summary].into_iter().flatten().collect();
+    let unified = samples::unify(&parts).map_err(|e| file_err(&spath, e))?;
+    let batch = match unified.first() {
+        Some(first) => {
+            concat_batches(&first.schema(), &unified).map_err(|e| file_err(&spath, e))?
         }
-    }
-    let batch = concat_batches(&schema, &batches).map_err(|e| file_err(&spath, e))?;
+        None => return Err(file_err(&spath, "no rows")),
+    };
     Ok(RunData {
         dir: dir.to_path_buf(),
         manifest,
@@ -175,11 +172,60 @@ pub fn load(dir: &Path) -> Result<RunData, FigureError> {
     })
 }
 
+/// One result table with a `kind` column ("raw" or "summary") added, so
+/// a panel selects from both with one mask; summary rows without a
+/// number (text only) are left out.
+fn read_table(path: &Path, kind: &str) -> Result<RecordBatch, FigureError> {
+    let (schema, batches) = samples::read_parquet(path)?;
+    if schema.field_with_name("kind").is_ok() || schema.field_with_name("rep").is_ok() {
+        return Err(file_err(
+            path,
+            "written by an older testbed (columns kind/rep/param.*): run `testbed upgrade RUN` to rewrite it in the tidy layout",
+        ));
+    }
+    for (name, ty) in [
+        ("point", DataType::UInt32),
+        ("repetition", DataType::UInt32),
+        ("metric", DataType::Utf8),
+        ("value", DataType::Float64),
+    ] {
+        match schema.field_with_name(name) {
+            Ok(f) if *f.data_type() == ty => {}
+            Ok(f) => {
+                return Err(file_err(
+                    path,
+                    format!("column {name} is {}, expected {ty}", f.data_type()),
+                ));
+            }
+            Err(_) => return Err(file_err(path, format!("no column {name}"))),
+        }
+    }
+    let batch = concat_batches(&schema, &batches).map_err(|e| file_err(path, e))?;
+    let batch = match batch.column_by_name("value") {
+        Some(v) if v.null_count() > 0 => {
+            let keep = arrow::compute::is_not_null(v).map_err(|e| file_err(path, e))?;
+            filter_record_batch(&batch, &keep).map_err(|e| file_err(path, e))?
+        }
+        _ => batch,
+    };
+    let kinds: ArrayRef = Arc::new(StringArray::from(vec![kind; batch.num_rows()]));
+    let mut fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let mut cols = batch.columns().to_vec();
+    fields.push(Field::new("kind", DataType::Utf8, false));
+    cols.push(kinds);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| file_err(path, e))
+}
+
 impl RunData {
-    /// A workload field of the spec as run, standing in for `param.<axis>`
+    /// A workload field of the spec as run, standing in for `param_<axis>`
     /// when the axis was not swept.
     pub fn workload_value(&self, column: &str) -> Option<Cell> {
-        let axis = column.strip_prefix("param.")?;
+        let axis = column.strip_prefix("param_")?;
         Cell::from_json(self.manifest.spec.get("workload")?.get(axis)?)
     }
 }
@@ -219,9 +265,9 @@ fn point_tags(b: &RecordBatch, key: &str) -> BTreeMap<(u32, u32), BTreeSet<Strin
     let mut out: BTreeMap<(u32, u32), BTreeSet<String>> = BTreeMap::new();
     let (Some(kind), Some(tag), Some(p), Some(r)) = (
         strings(b, "kind"),
-        strings(b, &format!("tag.{key}")),
+        strings(b, &format!("tag_{key}")),
         u32s(b, "point"),
-        u32s(b, "rep"),
+        u32s(b, "repetition"),
     ) else {
         return out;
     };
@@ -259,31 +305,25 @@ pub fn select(run: &RunData, panel: &Panel) -> Result<Selected, FigureError> {
     };
     let kind_mask = eq(col("kind")?, &StringArray::new_scalar(kind_name)).map_err(arrow_err)?;
     let metric = col("metric")?;
-    let mut metric_mask = eq(metric, &StringArray::new_scalar(&y.metric)).map_err(arrow_err)?;
+    let metric_mask = eq(metric, &StringArray::new_scalar(&y.metric)).map_err(arrow_err)?;
     let summary_tag = panel
         .summary_tag
         .as_deref()
         .filter(|_| y.kind == MetricKind::Summary);
-    if summary_tag.is_some() {
-        let suffix = StringArray::new_scalar(format!(".{}", y.metric));
-        let prefixed = ends_with(metric, &suffix).map_err(arrow_err)?;
-        metric_mask = or(&metric_mask, &prefixed).map_err(arrow_err)?;
-    }
     let mask = and(&kind_mask, &metric_mask).map_err(arrow_err)?;
     let sel = filter_record_batch(batch, &mask).map_err(arrow_err)?;
 
     let tags = summary_tag.map(|k| point_tags(batch, k));
-    let tag_col = summary_tag.map(|k| format!("tag.{k}"));
-    let (Some(points), Some(reps), Some(metrics), Some(values)) = (
+    let tag_col = summary_tag.map(|k| format!("tag_{k}"));
+    let (Some(points), Some(reps), Some(values)) = (
         u32s(&sel, "point"),
-        u32s(&sel, "rep"),
-        strings(&sel, "metric"),
+        u32s(&sel, "repetition"),
         sel.column_by_name("value")
             .and_then(|c| c.as_any().downcast_ref::<Float64Array>()),
     ) else {
         return Err(file_err(
             &spath,
-            "point, rep, metric or value has the wrong type",
+            "point, repetition or value has the wrong type",
         ));
     };
 
@@ -310,24 +350,21 @@ pub fn select(run: &RunData, panel: &Panel) -> Result<Selected, FigureError> {
     let mut rows = Vec::new();
     for i in 0..sel.num_rows() {
         let key = (points.value(i), reps.value(i));
-        let m = metrics.value(i);
-        // The tag a summary number belongs to: its key prefix, or the one
-        // tag value of its point's raw samples.
-        let tag_value: Option<String> = tags.as_ref().and_then(|t| {
-            if m != y.metric {
-                m.strip_suffix(y.metric.as_str())
-                    .and_then(|p| p.strip_suffix('.'))
-                    .filter(|p| !p.contains('.'))
-                    .map(str::to_string)
-            } else {
+        // The tag a summary number belongs to: its own tag column (the
+        // summary table splits `engine.metric` keys), or else the one tag
+        // value of its point's raw samples.
+        let own = tag_col
+            .as_deref()
+            .and_then(|c| sel.column_by_name(c))
+            .and_then(|c| cell_at(c.as_ref(), i))
+            .map(|c| c.text());
+        let tag_value: Option<String> = own.or_else(|| {
+            tags.as_ref().and_then(|t| {
                 t.get(&key)
                     .filter(|s| s.len() == 1)
                     .and_then(|s| s.iter().next().cloned())
-            }
+            })
         });
-        if tags.is_some() && m != y.metric && tag_value.is_none() {
-            continue;
-        }
         let get = |name: &str| -> Option<Cell> {
             if tag_col.as_deref() == Some(name) {
                 return tag_value.clone().map(Cell::Text);
@@ -388,7 +425,7 @@ pub fn failed_points(run: &RunData, panel: &Panel) -> Vec<Failed> {
     let mut out = Vec::new();
     for p in run.manifest.points.iter().filter(|p| !p.ok) {
         let param = |col: &str| -> Option<Cell> {
-            let axis = col.strip_prefix("param.")?;
+            let axis = col.strip_prefix("param_")?;
             match p.params.get(axis) {
                 Some(v) => Cell::from_toml(v),
                 None => run.workload_value(col),

@@ -55,7 +55,7 @@ pub struct Panel {
     pub filter: BTreeMap<String, toml::Value>,
     pub ratio: Option<RatioDef>,
     /// Tag whose value prefixes summary keys (`read.lookups_per_s` is
-    /// `lookups_per_s` with `tag.engine = read`).
+    /// `lookups_per_s` with `tag_engine = read`).
     pub summary_tag: Option<String>,
     #[serde(default)]
     pub legend: LegendPos,
@@ -347,7 +347,7 @@ impl FigureDef {
 }
 
 fn is_column(c: &str) -> bool {
-    c.starts_with("param.") || c.starts_with("tag.")
+    c.starts_with("param_") || c.starts_with("tag_")
 }
 
 impl Panel {
@@ -358,7 +358,7 @@ impl Panel {
             .chain(self.ratio.as_ref().map(|r| &r.column));
         for c in cols {
             if !is_column(c) {
-                return Err(format!("column {c:?}: expected param.<axis> or tag.<key>"));
+                return Err(format!("column {c:?}: expected param_<name> or tag_<key>"));
             }
         }
         if !(self.y.scale.is_finite() && self.y.scale > 0.0) {
@@ -492,7 +492,7 @@ title = "T"
 family = "testbed"
 [[panels]]
 name = "p"
-x = { column = "param.threads", label = "threads" }
+x = { column = "param_threads", label = "threads" }
 y = { metric = "read_latency", kind = "raw", stat = "p99", label = "latency", unit = "µs", scale = 0.001 }
 [[claims]]
 id = "c"

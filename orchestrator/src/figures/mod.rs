@@ -15,6 +15,7 @@ pub mod def;
 pub mod draw;
 pub mod error;
 pub mod extract;
+pub mod fit;
 pub mod font;
 pub mod png;
 pub mod report;

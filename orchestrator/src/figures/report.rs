@@ -4,6 +4,9 @@
 
 use std::fmt::Write as _;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
 use super::claims::{ClaimResult, Verdict};
 use super::data::RunData;
 use super::error::FigureError;
@@ -33,21 +36,10 @@ if(s){s.textContent=ok+' of '+imgs.length+' figures rendered';s.setAttribute('da
 });
 ";
 
-fn base64(bytes: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= c.len() {
-                out.push(T[((n >> shift) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// The `data:` URI of an SVG image: the standard, padded base64 alphabet
+/// (RFC 4648 section 4) that RFC 2397 data URIs take.
+fn svg_data_uri(svg: &str) -> String {
+    format!("data:image/svg+xml;base64,{}", BASE64.encode(svg))
 }
 
 fn page(title: &str, body: &str) -> String {
@@ -122,10 +114,10 @@ fn figure_block(f: &Figure, anchor: &str, link_base: &str) -> Result<String, Fig
     );
     let _ = writeln!(
         s,
-        "<img class=\"figure\" alt=\"{} — {}\" src=\"data:image/svg+xml;base64,{}\">",
+        "<img class=\"figure\" alt=\"{} — {}\" src=\"{}\">",
         escape(&f.def.id),
         escape(&f.def.title),
-        base64(svg.as_bytes())
+        svg_data_uri(&svg)
     );
     s.push_str("<figcaption>\n");
     for line in &f.caption {
@@ -434,11 +426,16 @@ pub fn joined_page(outcomes: &[SpecOutcome], target: &str) -> Result<String, Fig
 #[cfg(test)]
 mod tests {
     #[test]
-    fn base64_matches_the_rfc_examples() {
-        assert_eq!(super::base64(b""), "");
-        assert_eq!(super::base64(b"f"), "Zg==");
-        assert_eq!(super::base64(b"fo"), "Zm8=");
-        assert_eq!(super::base64(b"foo"), "Zm9v");
-        assert_eq!(super::base64(b"foobar"), "Zm9vYmFy");
+    fn svg_data_uris_use_the_standard_padded_alphabet() {
+        let b64 = |s: &str| {
+            super::svg_data_uri(s)
+                .strip_prefix("data:image/svg+xml;base64,")
+                .map(str::to_string)
+        };
+        assert_eq!(b64("foobar").as_deref(), Some("Zm9vYmFy"));
+        assert_eq!(b64("fo").as_deref(), Some("Zm8="));
+        // '+' and '/', not the URL-safe '-' and '_'.
+        assert_eq!(b64("~~~").as_deref(), Some("fn5+"));
+        assert_eq!(b64("???").as_deref(), Some("Pz8/"));
     }
 }

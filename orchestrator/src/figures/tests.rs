@@ -68,6 +68,7 @@ fn record(p: &Point, ok: bool, error: Option<&str>) -> PointRecord {
         point: p.point,
         rep: p.rep,
         params: p.params.clone(),
+        workload: None,
         seed: p.seed,
         ok,
         error: error.map(String::from),
@@ -103,11 +104,28 @@ impl Synth {
         s: Summary,
     ) {
         let pt = point(p, rep, params);
-        let b = samples::point_batch(&pt, chunks, &s).unwrap();
+        let b = samples::point_batch("20260101T000000-abcd", &pt, 0, chunks).unwrap();
         let f = self.dir.join("points").join(format!("{}.parquet", pt.id()));
         samples::write_parquet(&f, b.schema(), &[b]).unwrap();
         self.files.push(f);
-        self.records.push(record(&pt, true, None));
+        let mut rec = record(&pt, true, None);
+        // The workload as a run records it: the engines its summary keys
+        // name (`read.lookups_per_s`), so the summary table splits them.
+        let mut w = self.workload.clone();
+        let engines: std::collections::BTreeSet<&str> = s
+            .keys()
+            .filter_map(|k| Some(k.split_once('.')?.0))
+            .collect();
+        if let Some(o) = w.as_object_mut() {
+            o.entry("device")
+                .or_insert_with(|| serde_json::json!("data"));
+            if !engines.is_empty() {
+                o.insert("engines".into(), serde_json::json!(engines));
+            }
+        }
+        rec.summary = s;
+        rec.workload = Some(w);
+        self.records.push(rec);
     }
 
     pub fn failed(&mut self, p: u32, rep: u32, params: &[(&str, toml::Value)], error: &str) {
@@ -119,6 +137,9 @@ impl Synth {
         self.files.sort();
         if !self.files.is_empty() {
             samples::merge(&self.files, &self.dir.join("samples.parquet")).unwrap();
+            let done: Vec<&PointRecord> = self.records.iter().filter(|r| r.ok).collect();
+            let t = crate::results::summary_table::batch("20260101T000000-abcd", &done).unwrap();
+            samples::write_parquet(&self.dir.join("summary.parquet"), t.schema(), &[t]).unwrap();
         }
         let m = Manifest {
             testbed_version: "0.1.0".into(),
@@ -179,9 +200,9 @@ where = "Fig. 1"
 hardware = "paper box"
 [[panels]]
 name = "tput"
-x = { column = "param.depth", label = "depth" }
+x = { column = "param_depth", label = "depth" }
 y = { metric = "lookups_per_s", kind = "summary", label = "throughput", unit = "ops/s", better = "higher" }
-series = { columns = ["tag.engine"], expected = ["read", "io-uring", "nvme-hook"] }
+series = { columns = ["tag_engine"], expected = ["read", "io-uring", "nvme-hook"] }
 summary_tag = "engine"
 [[panels.reference]]
 label = "paper read"
@@ -190,15 +211,15 @@ x = [1, 2]
 y = [90.0, 60.0]
 [[panels]]
 name = "speedup"
-x = { column = "param.depth", label = "depth" }
+x = { column = "param_depth", label = "depth" }
 y = { metric = "lookups_per_s", kind = "summary", label = "speedup", unit = "×" }
-ratio = { column = "tag.engine", numerator = ["nvme-hook", "io-uring"], denominator = "read" }
+ratio = { column = "tag_engine", numerator = ["nvme-hook", "io-uring"], denominator = "read" }
 summary_tag = "engine"
 [[panels]]
 name = "lat"
-x = { column = "param.depth", label = "depth" }
+x = { column = "param_depth", label = "depth" }
 y = { metric = "lookup_latency", kind = "raw", stat = "mean", scale = 0.001, label = "latency", unit = "µs" }
-series = { columns = ["tag.engine"] }
+series = { columns = ["tag_engine"] }
 
 [[claims]]
 id = "falls"
@@ -457,7 +478,7 @@ fn redrawing_gives_identical_bytes_even_from_a_copied_run_directory() {
 
     let copy = t.path().join("elsewhere/run-copy");
     std::fs::create_dir_all(copy.join("points")).unwrap();
-    for f in ["manifest.json", "samples.parquet"] {
+    for f in ["manifest.json", "samples.parquet", "summary.parquet"] {
         std::fs::copy(run.join(f), copy.join(f)).unwrap();
     }
     let b = compute(&copy, &defs).unwrap();
@@ -590,7 +611,7 @@ fn filters_use_workload_fields_when_the_axis_was_not_swept() {
     let def = |want: i64, col: &str| {
         format!(
             "id = \"t-batch\"\ntitle = \"t\"\nfamily = \"test\"\n[[panels]]\nname = \"p\"\n\
-             x = {{ column = \"param.depth\", label = \"depth\" }}\n\
+             x = {{ column = \"param_depth\", label = \"depth\" }}\n\
              y = {{ metric = \"lookups_per_s\", kind = \"summary\", label = \"t\" }}\n\
              filter = {{ \"{col}\" = {want} }}\n"
         )
@@ -604,11 +625,11 @@ fn filters_use_workload_fields_when_the_axis_was_not_swept() {
             p.notes.clone(),
         )
     };
-    assert_eq!(points(def(1, "param.batch")).0, 2);
-    assert_eq!(points(def(2, "param.batch")).0, 0);
-    let (n, notes) = points(def(2, "param.nope"));
+    assert_eq!(points(def(1, "param_batch")).0, 2);
+    assert_eq!(points(def(2, "param_batch")).0, 0);
+    let (n, notes) = points(def(2, "param_nope"));
     assert_eq!(n, 2, "a filter on a column the run lacks does not apply");
-    assert!(notes[0].contains("param.nope"), "{notes:?}");
+    assert!(notes[0].contains("param_nope"), "{notes:?}");
 }
 
 #[test]
@@ -630,7 +651,7 @@ fn declared_categories_the_run_lacks_are_named_not_drawn_empty() {
     std::fs::write(
         d.join("t-sizes.toml"),
         "id = \"t-sizes\"\ntitle = \"t\"\nfamily = \"test\"\n[[panels]]\nname = \"p\"\n\
-         x = { column = \"param.dataset\", label = \"data set\", categories = [\"tiny\", \"small\", \"medium\", \"large\"] }\n\
+         x = { column = \"param_dataset\", label = \"data set\", categories = [\"tiny\", \"small\", \"medium\", \"large\"] }\n\
          y = { metric = \"lookups_per_s\", kind = \"summary\", label = \"t\" }\n",
     )
     .unwrap();

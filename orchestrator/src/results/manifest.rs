@@ -22,7 +22,12 @@ pub struct PointRecord {
     pub id: String,
     pub point: u32,
     pub rep: u32,
+    /// The sweep axes' values at this point.
     pub params: BTreeMap<String, toml::Value>,
+    /// The workload as run: every field, defaults filled in. Absent in
+    /// records written before it was kept.
+    #[serde(default)]
+    pub workload: Option<serde_json::Value>,
     pub seed: u64,
     pub ok: bool,
     #[serde(default)]

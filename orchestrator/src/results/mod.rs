@@ -1,6 +1,10 @@
 //! A run directory: per-point sample files written atomically as points
-//! finish, merged into samples.parquet; the manifest; resume state.
+//! finish, merged into samples.parquet; summary.parquet from the point
+//! records; the manifest; resume state. The schema is in results/README.md.
 
+pub mod columns;
 pub mod manifest;
 pub mod rundir;
 pub mod samples;
+pub mod summary_table;
+pub mod upgrade;

@@ -16,6 +16,9 @@ impl RunDir {
     pub fn samples(&self) -> PathBuf {
         self.root.join("samples.parquet")
     }
+    pub fn summary(&self) -> PathBuf {
+        self.root.join("summary.parquet")
+    }
     pub fn spec_copy(&self) -> PathBuf {
         self.root.join("spec.toml")
     }

@@ -1,10 +1,7 @@
-//! Raw samples as Arrow/Parquet, one row per measurement.
-//!
-//! Columns: `point` u32, `rep` u32, `point_id` utf8, `kind` utf8 ("raw" for
-//! a measured sample, "summary" for a per-point number the agent computed),
-//! `metric` utf8, `unit` utf8, `thread` u32, `seq` u64, `value` f64, then one
-//! `param.<axis>` column per sweep axis (typed from the spec) and one
-//! `tag.<key>` utf8 column per sample tag (null where absent).
+//! samples.parquet: raw samples, one row per measured value (schema in
+//! results/README.md): `run_id`, `point`, `repetition`, `boot`, `metric`,
+//! `value`, `unit`, `thread`, `seq`, then `param_<field>` for every field of
+//! the point's resolved workload and sweep axis, then `tag_<key>` per tag.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -12,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, RecordBatch, StringBuilder,
-    UInt32Builder, UInt64Builder, new_null_array,
+    ArrayRef, Float64Builder, RecordBatch, StringBuilder, UInt32Builder, UInt64Builder,
+    new_null_array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
@@ -21,8 +18,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use testbed_agent::protocol::SampleChunk;
-use testbed_agent::workload::Summary;
 
+use super::columns;
 use crate::plan::Point;
 
 #[derive(Debug, thiserror::Error)]
@@ -40,57 +37,37 @@ fn file_err(path: &Path, e: impl std::fmt::Display) -> SamplesError {
     }
 }
 
-/// The table of one finished point.
+/// The raw samples of one finished point, one row per value.
 pub fn point_batch(
+    run_id: &str,
     point: &Point,
+    boot: u32,
     chunks: &[SampleChunk],
-    summary: &Summary,
 ) -> Result<RecordBatch, SamplesError> {
-    let tag_keys: BTreeSet<&String> = chunks.iter().flat_map(|c| c.tags.keys()).collect();
-    let rows: usize = chunks.iter().map(|c| c.values.len()).sum::<usize>()
-        + summary.values().filter(|v| v.is_number()).count();
+    let rows: usize = chunks.iter().map(|c| c.values.len()).sum();
     let mut b = Builders::new(rows);
     for c in chunks {
         for (i, v) in c.values.iter().enumerate() {
-            b.push(
-                point,
-                "raw",
-                &c.metric,
-                &c.unit,
-                c.thread,
-                c.first_seq + i as u64,
-                *v,
-            );
+            b.push(run_id, point, boot, c, c.first_seq + i as u64, *v);
         }
     }
-    for (k, v) in summary {
-        if let Some(x) = v.as_f64() {
-            b.push(point, "summary", k, "", u32::MAX, 0, x);
-        }
-    }
-    let mut fields = b.fields();
+    let mut fields = Builders::fields();
     let mut columns = b.finish();
-    for (axis, value) in &point.params {
-        let (field, col) = param_column(axis, value, columns[0].len());
-        fields.push(field);
-        columns.push(col);
+    let params = columns::point_params(&point.workload.resolved(), &point.params);
+    for (name, value) in &params {
+        let (f, c) = columns::constant_column(&columns::column_name("param", name), value, rows);
+        fields.push(f);
+        columns.push(c);
     }
+    let tag_keys: BTreeSet<&String> = chunks.iter().flat_map(|c| c.tags.keys()).collect();
     for key in tag_keys {
-        let mut sb = StringBuilder::new();
-        for c in chunks {
-            for _ in &c.values {
-                match c.tags.get(key) {
-                    Some(v) => sb.append_value(v),
-                    None => sb.append_null(),
-                }
-            }
-        }
-        for v in summary.values().filter(|v| v.is_number()) {
-            let _ = v;
-            sb.append_null();
-        }
-        fields.push(Field::new(format!("tag.{key}"), DataType::Utf8, true));
-        columns.push(Arc::new(sb.finish()));
+        let values: Vec<Option<&str>> = chunks
+            .iter()
+            .flat_map(|c| std::iter::repeat_n(c.tags.get(key).map(String::as_str), c.values.len()))
+            .collect();
+        let (f, c) = columns::tag_column(&columns::column_name("tag", key), &values);
+        fields.push(f);
+        columns.push(c);
     }
     Ok(RecordBatch::try_new(
         Arc::new(Schema::new(fields)),
@@ -99,121 +76,67 @@ pub fn point_batch(
 }
 
 struct Builders {
+    run_id: StringBuilder,
     point: UInt32Builder,
-    rep: UInt32Builder,
-    point_id: StringBuilder,
-    kind: StringBuilder,
+    repetition: UInt32Builder,
+    boot: UInt32Builder,
     metric: StringBuilder,
+    value: Float64Builder,
     unit: StringBuilder,
     thread: UInt32Builder,
     seq: UInt64Builder,
-    value: Float64Builder,
 }
 
 impl Builders {
     fn new(rows: usize) -> Self {
         Builders {
+            run_id: StringBuilder::new(),
             point: UInt32Builder::with_capacity(rows),
-            rep: UInt32Builder::with_capacity(rows),
-            point_id: StringBuilder::new(),
-            kind: StringBuilder::new(),
+            repetition: UInt32Builder::with_capacity(rows),
+            boot: UInt32Builder::with_capacity(rows),
             metric: StringBuilder::new(),
+            value: Float64Builder::with_capacity(rows),
             unit: StringBuilder::new(),
             thread: UInt32Builder::with_capacity(rows),
             seq: UInt64Builder::with_capacity(rows),
-            value: Float64Builder::with_capacity(rows),
         }
     }
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        p: &Point,
-        kind: &str,
-        metric: &str,
-        unit: &str,
-        thread: u32,
-        seq: u64,
-        v: f64,
-    ) {
+    fn push(&mut self, run_id: &str, p: &Point, boot: u32, c: &SampleChunk, seq: u64, v: f64) {
+        self.run_id.append_value(run_id);
         self.point.append_value(p.point);
-        self.rep.append_value(p.rep);
-        self.point_id.append_value(p.id());
-        self.kind.append_value(kind);
-        self.metric.append_value(metric);
-        self.unit.append_value(unit);
-        self.thread.append_value(thread);
-        self.seq.append_value(seq);
+        self.repetition.append_value(p.rep);
+        self.boot.append_value(boot);
+        self.metric.append_value(&c.metric);
         self.value.append_value(v);
+        self.unit.append_value(&c.unit);
+        self.thread.append_value(c.thread);
+        self.seq.append_value(seq);
     }
-    fn fields(&self) -> Vec<Field> {
+    fn fields() -> Vec<Field> {
         vec![
+            Field::new("run_id", DataType::Utf8, false),
             Field::new("point", DataType::UInt32, false),
-            Field::new("rep", DataType::UInt32, false),
-            Field::new("point_id", DataType::Utf8, false),
-            Field::new("kind", DataType::Utf8, false),
+            Field::new("repetition", DataType::UInt32, false),
+            Field::new("boot", DataType::UInt32, false),
             Field::new("metric", DataType::Utf8, false),
+            Field::new("value", DataType::Float64, false),
             Field::new("unit", DataType::Utf8, false),
             Field::new("thread", DataType::UInt32, false),
             Field::new("seq", DataType::UInt64, false),
-            Field::new("value", DataType::Float64, false),
         ]
     }
     fn finish(mut self) -> Vec<ArrayRef> {
         vec![
+            Arc::new(self.run_id.finish()),
             Arc::new(self.point.finish()),
-            Arc::new(self.rep.finish()),
-            Arc::new(self.point_id.finish()),
-            Arc::new(self.kind.finish()),
+            Arc::new(self.repetition.finish()),
+            Arc::new(self.boot.finish()),
             Arc::new(self.metric.finish()),
+            Arc::new(self.value.finish()),
             Arc::new(self.unit.finish()),
             Arc::new(self.thread.finish()),
             Arc::new(self.seq.finish()),
-            Arc::new(self.value.finish()),
         ]
-    }
-}
-
-/// A sweep parameter as a constant column, typed from its TOML value.
-fn param_column(axis: &str, v: &toml::Value, rows: usize) -> (Field, ArrayRef) {
-    let name = format!("param.{axis}");
-    match v {
-        toml::Value::Integer(i) => {
-            let mut b = Int64Builder::with_capacity(rows);
-            b.append_slice(&vec![*i; rows]);
-            (
-                Field::new(name, DataType::Int64, true),
-                Arc::new(b.finish()),
-            )
-        }
-        toml::Value::Float(f) => {
-            let mut b = Float64Builder::with_capacity(rows);
-            b.append_slice(&vec![*f; rows]);
-            (
-                Field::new(name, DataType::Float64, true),
-                Arc::new(b.finish()),
-            )
-        }
-        toml::Value::Boolean(x) => {
-            let mut b = BooleanBuilder::with_capacity(rows);
-            for _ in 0..rows {
-                b.append_value(*x);
-            }
-            (
-                Field::new(name, DataType::Boolean, true),
-                Arc::new(b.finish()),
-            )
-        }
-        other => {
-            let text = match other {
-                toml::Value::String(s) => s.clone(),
-                o => o.to_string(),
-            };
-            let mut b = StringBuilder::new();
-            for _ in 0..rows {
-                b.append_value(&text);
-            }
-            (Field::new(name, DataType::Utf8, true), Arc::new(b.finish()))
-        }
     }
 }
 
@@ -252,37 +175,70 @@ pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), Sample
     for b in reader {
         batches.push(b.map_err(|e| file_err(path, format!("corrupt data ({e})")))?);
     }
+    if batches.is_empty() {
+        // Keep the columns of a table without rows.
+        batches.push(RecordBatch::new_empty(schema.clone()));
+    }
     Ok((schema, batches))
 }
 
 /// Merges per-point files into one table with the union of their columns.
 pub fn merge(files: &[PathBuf], out: &Path) -> Result<usize, SamplesError> {
     let mut all = Vec::new();
+    for f in files {
+        all.extend(read_parquet(f)?.1);
+    }
+    let unified = unify(&all)?;
+    let rows = unified.iter().map(RecordBatch::num_rows).sum();
+    let schema = match unified.first() {
+        Some(b) => b.schema(),
+        None => Arc::new(Schema::empty()),
+    };
+    write_parquet(out, schema, &unified)?;
+    Ok(rows)
+}
+
+/// Batches with the union of their columns: fixed columns first (in the
+/// order first seen), then `param_*`, then `tag_*`, each sorted; a column
+/// whose type differs between batches becomes text; absent means null.
+pub fn unify(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>, SamplesError> {
     let mut fields: BTreeMap<String, Field> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
-    for f in files {
-        let (schema, batches) = read_parquet(f)?;
-        for field in schema.fields() {
-            if !fields.contains_key(field.name()) {
-                order.push(field.name().clone());
-                fields.insert(
-                    field.name().clone(),
-                    field.as_ref().clone().with_nullable(true),
-                );
+    for b in batches {
+        for field in b.schema().fields() {
+            match fields.get_mut(field.name()) {
+                None => {
+                    order.push(field.name().clone());
+                    fields.insert(
+                        field.name().clone(),
+                        field.as_ref().clone().with_nullable(true),
+                    );
+                }
+                Some(f) if f.data_type() != field.data_type() => {
+                    *f = Field::new(field.name(), DataType::Utf8, true);
+                }
+                Some(_) => {}
             }
         }
-        all.extend(batches);
     }
-    // Fixed columns first, then params, then tags, each sorted: stable output.
-    order.sort_by_key(|n| {
-        let rank = if n.starts_with("param.") {
+    let rank = |n: &str| {
+        if n.starts_with("param_") {
             1
-        } else if n.starts_with("tag.") {
+        } else if n.starts_with("tag_") {
             2
         } else {
             0
-        };
-        (rank, if rank == 0 { String::new() } else { n.clone() })
+        }
+    };
+    order.sort_by_key(|n| {
+        (
+            rank(n),
+            if rank(n) == 0 {
+                String::new()
+            } else {
+                n.clone()
+            },
+        )
     });
     let schema = Arc::new(Schema::new(
         order
@@ -291,28 +247,24 @@ pub fn merge(files: &[PathBuf], out: &Path) -> Result<usize, SamplesError> {
             .collect::<Vec<_>>(),
     ));
     let mut unified = Vec::new();
-    let mut rows = 0;
-    for b in &all {
-        let cols: Vec<ArrayRef> = schema
-            .fields()
-            .iter()
-            .map(|f| match b.column_by_name(f.name()) {
+    for b in batches {
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        for f in schema.fields() {
+            cols.push(match b.column_by_name(f.name()) {
                 Some(c) if c.data_type() == f.data_type() => c.clone(),
-                Some(c) => arrow::compute::cast(c, f.data_type())
-                    .unwrap_or_else(|_| new_null_array(f.data_type(), b.num_rows())),
+                Some(c) => arrow::compute::cast(c, f.data_type())?,
                 None => new_null_array(f.data_type(), b.num_rows()),
-            })
-            .collect();
-        rows += b.num_rows();
+            });
+        }
         unified.push(RecordBatch::try_new(schema.clone(), cols)?);
     }
-    write_parquet(out, schema, &unified)?;
-    Ok(rows)
+    Ok(unified)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::Array;
 
     fn point(id: u32, threads: i64) -> Point {
         Point {
@@ -347,41 +299,53 @@ mod tests {
     #[test]
     fn points_write_and_merge_with_union_of_columns() {
         let t = tempfile::tempdir().unwrap();
-        let summary = Summary::from([("iops".to_string(), serde_json::json!(1234.5))]);
-        let b1 = point_batch(&point(0, 1), &[chunk(&[], vec![1.0, 2.0])], &summary).unwrap();
+        let b1 = point_batch("run", &point(0, 1), 0, &[chunk(&[], vec![1.0, 2.0])]).unwrap();
         let b2 = point_batch(
+            "run",
             &point(1, 2),
-            &[chunk(&[("engine", "read")], vec![3.0])],
-            &Summary::new(),
+            1,
+            &[chunk(&[("engine", "read"), ("hop", "3")], vec![3.0])],
         )
         .unwrap();
-        assert_eq!(b1.num_rows(), 3);
+        assert_eq!(b1.num_rows(), 2);
         let f1 = t.path().join("a.parquet");
         let f2 = t.path().join("b.parquet");
         write_parquet(&f1, b1.schema(), &[b1]).unwrap();
         write_parquet(&f2, b2.schema(), &[b2]).unwrap();
         let out = t.path().join("samples.parquet");
-        assert_eq!(merge(&[f1, f2], &out).unwrap(), 4);
+        assert_eq!(merge(&[f1, f2], &out).unwrap(), 3);
         let (schema, batches) = read_parquet(&out).unwrap();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(
             names,
             [
+                "run_id",
                 "point",
-                "rep",
-                "point_id",
-                "kind",
+                "repetition",
+                "boot",
                 "metric",
+                "value",
                 "unit",
                 "thread",
                 "seq",
-                "value",
-                "param.threads",
-                "tag.engine"
+                "param_after_s",
+                "param_kind",
+                "param_mode",
+                "param_threads",
+                "tag_engine",
+                "tag_hop"
             ]
         );
-        let tags = batches[0].column_by_name("tag.engine").unwrap();
-        assert_eq!(tags.null_count(), 3);
+        let tags = batches[0].column_by_name("tag_engine").unwrap();
+        assert_eq!(tags.null_count(), 2);
+        assert_eq!(
+            *schema.field_with_name("tag_hop").unwrap().data_type(),
+            DataType::Int64
+        );
+        assert_eq!(
+            *schema.field_with_name("param_threads").unwrap().data_type(),
+            DataType::Int64
+        );
     }
 
     #[test]

@@ -129,7 +129,7 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
     if engines.iter().any(|e| e.is_hook()) {
         kernel_log::check(&mut summary);
     }
-    put_job_keys(p, plan, &engines, &mut summary);
+    put_job_keys(p, plan, &mut summary);
     summary.insert("process_cpu_user_s".into(), proc_cpu.user_s.into());
     summary.insert("process_cpu_sys_s".into(), proc_cpu.sys_s.into());
     if let Some((busy, total)) = guest {
@@ -143,14 +143,9 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
     Ok(summary)
 }
 
-fn put_job_keys(p: &BtreeParams, plan: &Plan, engines: &[Engine], summary: &mut Summary) {
-    let names: Vec<&str> = engines.iter().map(|e| e.name()).collect();
-    summary.insert("engines".into(), names.into());
-    summary.insert("mode".into(), format!("{:?}", p.mode).to_lowercase().into());
-    summary.insert("depth".into(), p.depth.into());
-    summary.insert("node_size".into(), p.node_size.into());
-    summary.insert("threads".into(), p.threads.into());
-    summary.insert("batch".into(), p.batch.into());
+/// What the guest derived from the parameters. The parameters themselves
+/// are not echoed: the host keeps the resolved workload of every point.
+fn put_job_keys(p: &BtreeParams, plan: &Plan, summary: &mut Summary) {
     summary.insert(
         "index_ios_per_lookup".into(),
         plan.index_ios_per_lookup().into(),
@@ -228,6 +223,54 @@ fn put_fio_comparison(
             "read_vs_fio_latency_ratio".into(),
             (read.hop_mean_ns / fio.lat_mean_ns).into(),
         );
+    }
+}
+
+impl super::WorkloadParams for BtreeParams {
+    fn validate(
+        &self,
+        devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+    ) -> Result<(), super::ParamError> {
+        BtreeParams::validate(self, devices)
+    }
+    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+        run(self, ctx)
+    }
+    fn needs(&self) -> super::Needs {
+        let hooks = self.mode == Mode::HookSafety || self.engine_list().iter().any(|e| e.is_hook());
+        super::Needs {
+            bpf_programs: hooks,
+            host_steps: if self.compare_with_fio { vec!["fio"] } else { Vec::new() },
+            ..Default::default()
+        }
+    }
+    fn metrics(&self) -> Vec<super::MetricInfo> {
+        use super::MetricInfo as M;
+        vec![
+            M::raw("lookup_latency", "ns", &["engine"]),
+            M::raw("hop_latency", "ns", &["engine", "hop"]),
+            M::raw("fio_clat_percentile", "ns", &["engine", "segment", "pct"]),
+            M::summary("lookups_per_s", "lookups/s", &["engine"]),
+            M::summary("lookups", "", &["engine"]),
+            M::summary("wall_s", "s", &["engine"]),
+            M::summary("lookup_latency_mean_ns", "ns", &["engine"]),
+            M::summary("lookup_latency_p99_ns", "ns", &["engine"]),
+            M::summary("hop_latency_mean_ns", "ns", &["engine"]),
+            M::summary("hop_latency_p99_ns", "ns", &["engine"]),
+            M::summary("ios_per_s", "IOPS", &["engine"]),
+            M::summary("cpu_us_per_io", "µs", &["engine"]),
+        ]
+    }
+    fn summary_scopes(&self) -> Option<(&'static str, Vec<String>)> {
+        let mut names: Vec<String> = self
+            .engine_list()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        if self.compare_with_fio {
+            names.push("fio".into());
+        }
+        Some(("engine", names))
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::results::manifest::PointRecord;
+use crate::results::summary_table;
 
 /// One engine's latencies across depths, the other parameters fixed.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,43 +19,12 @@ pub struct DepthSeries {
     pub fit: Option<LineFit>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LineFit {
-    pub slope: f64,
-    pub intercept: f64,
-    pub r2: f64,
-}
+pub use crate::figures::stats::Fit as LineFit;
 
-/// Least squares over (x, y); `None` below two distinct x.
+/// Least squares over (x, y), the figures' fit; `None` below two distinct x.
 pub fn fit_line(xy: &[(f64, f64)]) -> Option<LineFit> {
-    if xy.len() < 2 {
-        return None;
-    }
-    let n = xy.len() as f64;
-    let mx = xy.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = xy.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    if sxx == 0.0 {
-        return None;
-    }
-    let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let slope = sxy / sxx;
-    let intercept = my - slope * mx;
-    let ss_tot: f64 = xy.iter().map(|p| (p.1 - my).powi(2)).sum();
-    let ss_res: f64 = xy
-        .iter()
-        .map(|p| (p.1 - (intercept + slope * p.0)).powi(2))
-        .sum();
-    let r2 = if ss_tot > 0.0 {
-        1.0 - ss_res / ss_tot
-    } else {
-        1.0
-    };
-    Some(LineFit {
-        slope,
-        intercept,
-        r2,
-    })
+    let (xs, ys): (Vec<f64>, Vec<f64>) = xy.iter().copied().unzip();
+    crate::figures::stats::linear_fit(&xs, &ys)
 }
 
 /// The series of every engine with lookups at three or more depths.
@@ -62,7 +32,14 @@ pub fn depth_series(points: &[PointRecord]) -> Vec<DepthSeries> {
     // (engine, others) -> depth -> latencies over repetitions.
     let mut groups: BTreeMap<(String, String), BTreeMap<u32, Vec<f64>>> = BTreeMap::new();
     for p in points.iter().filter(|p| p.ok) {
-        let Some(depth) = p.summary.get("depth").and_then(|d| d.as_u64()) else {
+        let workload = p.workload.as_ref();
+        if workload.and_then(|w| w.get("kind")) != Some(&serde_json::json!("btree")) {
+            continue;
+        }
+        let Some(depth) = workload
+            .and_then(|w| w.get("depth"))
+            .and_then(|d| d.as_u64())
+        else {
             continue;
         };
         let others: Vec<String> = p
@@ -71,7 +48,7 @@ pub fn depth_series(points: &[PointRecord]) -> Vec<DepthSeries> {
             .filter(|(k, _)| k.as_str() != "depth")
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        for (engine, latency) in engine_latencies(&p.summary) {
+        for (engine, latency) in engine_latencies(p) {
             groups
                 .entry((engine, others.join(" ")))
                 .or_default()
@@ -99,25 +76,17 @@ pub fn depth_series(points: &[PointRecord]) -> Vec<DepthSeries> {
         .collect()
 }
 
-/// (engine, mean lookup latency) from a btree summary: `engine.key` with
-/// several engines, the bare key (and `engines[0]`) with one.
-fn engine_latencies(summary: &BTreeMap<String, serde_json::Value>) -> Vec<(String, f64)> {
-    const KEY: &str = "lookup_latency_mean_ns";
-    let mut out = Vec::new();
-    for (k, v) in summary {
-        let Some(latency) = v.as_f64() else { continue };
-        if k == KEY {
-            let engine = summary
-                .get("engines")
-                .and_then(|e| e.get(0))
-                .and_then(|e| e.as_str())
-                .unwrap_or("lookup");
-            out.push((engine.to_string(), latency));
-        } else if let Some(engine) = k.strip_suffix(&format!(".{KEY}")) {
-            out.push((engine.to_string(), latency));
-        }
-    }
-    out
+/// (engine, mean lookup latency) of a point, from the summary table's
+/// split of its keys (a one-engine job's bare key is that engine's).
+fn engine_latencies(p: &PointRecord) -> Vec<(String, f64)> {
+    summary_table::rows(p)
+        .into_iter()
+        .filter(|r| r.metric == "lookup_latency_mean_ns")
+        .filter_map(|r| {
+            let engine = r.scope.map_or_else(|| "lookup".to_string(), |(_, v)| v);
+            Some((engine, r.value?))
+        })
+        .collect()
 }
 
 /// One line per series: latencies by depth in µs and the fitted slope.
@@ -144,11 +113,15 @@ mod tests {
     use serde_json::json;
 
     fn point(depth: u32, threads: i64, summary: &[(&str, serde_json::Value)]) -> PointRecord {
-        let mut s: BTreeMap<String, serde_json::Value> = summary
+        let s: BTreeMap<String, serde_json::Value> = summary
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect();
-        s.insert("depth".into(), json!(depth));
+        let engines = if s.keys().any(|k| k.contains('.')) {
+            json!(["read", "io-uring"])
+        } else {
+            json!(["read"])
+        };
         PointRecord {
             id: format!("d{depth}t{threads}"),
             point: depth,
@@ -157,6 +130,8 @@ mod tests {
                 ("depth".to_string(), toml::Value::Integer(i64::from(depth))),
                 ("threads".to_string(), toml::Value::Integer(threads)),
             ]),
+            workload: Some(json!({"kind": "btree", "device": "data", "depth": depth,
+                                  "threads": threads, "engines": engines})),
             seed: 1,
             ok: true,
             error: None,
@@ -216,16 +191,13 @@ mod tests {
     }
 
     #[test]
-    fn a_single_engine_job_is_named_from_its_engines() {
+    fn a_single_engine_job_is_named_from_its_workload() {
         let points: Vec<PointRecord> = (1..=3)
             .map(|d| {
                 point(
                     d,
                     1,
-                    &[
-                        ("lookup_latency_mean_ns", json!(f64::from(d) * 1e5)),
-                        ("engines", json!(["read"])),
-                    ],
+                    &[("lookup_latency_mean_ns", json!(f64::from(d) * 1e5))],
                 )
             })
             .collect();

@@ -1,0 +1,120 @@
+//! `testbed asam <cmd>` and `testbed-asam <cmd>`: the same subcommands
+//! (`prepare`, `bench-preproc`), the CLI the agent's `asam-preproc`
+//! workload runs; results are JSON lines on stdout.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::bench::{BenchOptions, bench};
+use crate::prepare::{DatasetParams, prepare};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AsamCommand {
+    /// Make (or find cached) a synthetic aligned data set; prints its JSON.
+    Prepare {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "tiny")]
+        name: String,
+        #[arg(long, default_value_t = 2)]
+        chromosomes: u32,
+        #[arg(long, default_value_t = 200_000)]
+        chromosome_length: u64,
+        #[arg(long, default_value_t = 5.0)]
+        coverage: f64,
+        #[arg(long, default_value_t = 0.1)]
+        dup_fraction: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// Time sort and duplicate marking per tool; one JSON line per stage.
+    BenchPreproc {
+        #[arg(long)]
+        sam: PathBuf,
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "picard,sambamba,samtools,arrowsam"
+        )]
+        tools: Vec<String>,
+        #[arg(long)]
+        workdir: PathBuf,
+        /// The ArrowSAM store; default a fresh directory in /dev/shm.
+        #[arg(long)]
+        store_dir: Option<PathBuf>,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// JSON lines (the only output format; accepted for symmetry with testbed-flight).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one subcommand to completion.
+pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
+    let lines = match cmd {
+        AsamCommand::Prepare {
+            dir,
+            name,
+            chromosomes,
+            chromosome_length,
+            coverage,
+            dup_fraction,
+            seed,
+            threads,
+        } => {
+            let p = DatasetParams {
+                name,
+                chromosomes,
+                chromosome_length,
+                coverage,
+                dup_fraction,
+                seed,
+            };
+            let prepared = prepare(&p, &dir, threads)
+                .with_context(|| format!("prepare data set in {}", dir.display()))?;
+            vec![serde_json::to_string(&prepared)?]
+        }
+        AsamCommand::BenchPreproc {
+            sam,
+            tools,
+            workdir,
+            store_dir,
+            threads,
+            json: _,
+        } => {
+            let store_dir = store_dir.unwrap_or_else(|| {
+                crate::store::default_dir().join(format!("testbed-asam-{}", std::process::id()))
+            });
+            let o = BenchOptions {
+                sam,
+                tools,
+                workdir,
+                store_dir,
+                threads,
+            };
+            let report =
+                bench(&o).with_context(|| format!("bench-preproc on {}", o.sam.display()))?;
+            let mut lines = report
+                .stages
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<_>, _>>()?;
+            lines.push(
+                serde_json::json!({"summary": true, "verification": report.verification})
+                    .to_string(),
+            );
+            lines
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    for l in &lines {
+        writeln!(out, "{l}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
