@@ -36,13 +36,13 @@ pub struct PreparedDevice {
 }
 
 impl PreparedDevice {
-    pub fn manifest_entry(&self) -> serde_json::Value {
-        serde_json::json!({
-            "spec": self.spec,
-            "backing_files": self.files,
-            "host_o_direct": self.host_direct,
-            "note": self.note,
-        })
+    pub fn manifest_entry(&self) -> crate::results::manifest::DeviceEntry {
+        crate::results::manifest::DeviceEntry {
+            spec: self.spec.clone(),
+            backing_files: self.files.clone(),
+            host_o_direct: self.host_direct,
+            note: self.note.clone(),
+        }
     }
 }
 

@@ -26,13 +26,57 @@ pub enum GuestBinError {
     },
 }
 
-pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// orchestrator/guest-build.txt: target, flags and packages of the one
+/// build, which `./x build` reads too.
+const BUILD_TABLE: &str = include_str!("../guest-build.txt");
 
-/// The packages one build makes, host CLI included (the `./x build` set).
-pub const PACKAGES: &[&str] = &["testbed", "testbed-agent", "testbed-flight", "testbed-asam"];
+/// The build as the table describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildSpec {
+    pub target: String,
+    pub rustflags: String,
+    /// Host CLI included (the `./x build` set).
+    pub packages: Vec<String>,
+}
 
-const RUSTFLAGS_VAR: &str = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS";
-const RUSTFLAGS: &str = "-C target-feature=+crt-static";
+impl BuildSpec {
+    /// `CARGO_TARGET_<TRIPLE>_RUSTFLAGS`: the flags for --target only.
+    pub fn rustflags_var(&self) -> String {
+        format!(
+            "CARGO_TARGET_{}_RUSTFLAGS",
+            self.target.to_uppercase().replace('-', "_")
+        )
+    }
+}
+
+/// Parses guest-build.txt (`key value…` lines, `#` comments).
+pub fn parse_build_table(text: &str) -> BuildSpec {
+    let mut spec = BuildSpec {
+        target: String::new(),
+        rustflags: String::new(),
+        packages: Vec::new(),
+    };
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let value = value.trim().to_string();
+        match key {
+            "target" => spec.target = value,
+            "rustflags" => spec.rustflags = value,
+            "package" => spec.packages.push(value),
+            _ => {}
+        }
+    }
+    spec
+}
+
+pub fn build_spec() -> BuildSpec {
+    parse_build_table(BUILD_TABLE)
+}
 
 /// Names, packages and override variables are declared once, in the
 /// agent's workload registry, and shared with the agent that runs them.
@@ -44,15 +88,19 @@ pub fn release_dir(repo: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo.join("target"))
-        .join(TARGET)
+        .join(build_spec().target)
         .join("release")
 }
 
 /// The build command, as a user would type it.
 pub fn command_line() -> String {
-    let packages: Vec<String> = PACKAGES.iter().map(|p| format!("-p {p}")).collect();
+    let b = build_spec();
+    let packages: Vec<String> = b.packages.iter().map(|p| format!("-p {p}")).collect();
     format!(
-        "{RUSTFLAGS_VAR}='{RUSTFLAGS}' cargo build --locked --release --target {TARGET} {}",
+        "{}='{}' cargo build --locked --release --target {} {}",
+        b.rustflags_var(),
+        b.rustflags,
+        b.target,
         packages.join(" ")
     )
 }
@@ -81,10 +129,11 @@ pub fn ensure(
     }
     progress(&format!("building {bin} (static, for the guest)"));
     let started = std::time::Instant::now();
+    let build = build_spec();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(repo)
-        .args(["build", "--locked", "--release", "--target", TARGET])
-        .env(RUSTFLAGS_VAR, RUSTFLAGS);
+        .args(["build", "--locked", "--release", "--target", &build.target])
+        .env(build.rustflags_var(), &build.rustflags);
     // Started from a test, we inherit the variables cargo sets for one
     // crate (CARGO_PKG_NAME, …). Build scripts such as ring's rerun when
     // those change, so `./x build` and this build would rebuild each other.
@@ -96,7 +145,7 @@ pub fn ensure(
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         cmd.arg("--target-dir").arg(dir);
     }
-    for p in PACKAGES {
+    for p in &build.packages {
         cmd.args(["--package", p]);
     }
     let status = cmd.status().map_err(|e| GuestBinError::Build {
@@ -166,10 +215,33 @@ mod tests {
             "CARGO_TARGET_DIR",
             "CARGO_HOME",
             "CARGO",
-            RUSTFLAGS_VAR,
+            &build_spec().rustflags_var(),
             "PATH",
         ] {
             assert!(!is_per_crate_cargo_var(v), "{v}");
         }
+    }
+
+    #[test]
+    fn the_build_table_names_the_static_build_of_every_guest_binary() {
+        let b = build_spec();
+        assert_eq!(b.target, "x86_64-unknown-linux-gnu");
+        assert_eq!(
+            b.rustflags_var(),
+            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS"
+        );
+        assert!(b.rustflags.contains("+crt-static"), "{b:?}");
+        // The host CLI and every binary the registry puts in an image.
+        for h in [AGENT, FLIGHT, ASAM] {
+            assert!(
+                b.packages.iter().any(|p| p == h.package),
+                "{b:?} lacks {}",
+                h.package
+            );
+        }
+        assert!(b.packages.iter().any(|p| p == "testbed"));
+        // ./x reads the same file with the same rules.
+        let x = std::fs::read_to_string(crate::paths::repo_root().join("x")).unwrap();
+        assert!(x.contains("orchestrator/guest-build.txt"));
     }
 }

@@ -5,7 +5,8 @@ use std::process::Command;
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct HostInfo {
     pub hostname: String,
     pub cpu_model: String,

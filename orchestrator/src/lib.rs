@@ -20,6 +20,7 @@ pub mod phases;
 pub mod plan;
 pub mod progress;
 pub mod qemu;
+pub mod reproduce;
 pub mod results;
 pub mod run;
 pub mod show;

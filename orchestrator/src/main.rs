@@ -364,10 +364,10 @@ fn preflight(need: &[String]) -> Result<ExitCode> {
 }
 
 fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) -> Result<ExitCode> {
-    let mut opts = figures::reproduce::Options::defaults(target, quick);
+    let mut opts = testbed::reproduce::Options::defaults(target, quick);
     opts.accel = accel;
     let mut progress = progress::for_terminal();
-    let summary = figures::reproduce::reproduce(&opts, progress.as_mut());
+    let summary = testbed::reproduce::reproduce(&opts, progress.as_mut());
     drop(progress);
     let summary = summary?;
     for o in &summary.outcomes {

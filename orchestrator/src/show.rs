@@ -18,31 +18,20 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
     if let Some(a) = &m.accel {
         s.push_str(&format!(
             "accel      {} (asked {}): {}\n",
-            a["used"].as_str().unwrap_or("?"),
-            a["requested"].as_str().unwrap_or("?"),
-            a["reasons"]
-                .as_array()
-                .map(|r| r
-                    .iter()
-                    .filter_map(|x| x.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; "))
-                .unwrap_or_default()
+            a.used,
+            serde_json::to_value(a.requested)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            a.reasons.join("; ")
         ));
     }
     s.push_str(&format!("timing     {}\n", m.timing_note));
-    if let Some(k) = m.inputs.get("kernel") {
-        s.push_str(&format!(
-            "kernel     {} [{}]\n",
-            k["description"].as_str().unwrap_or("?"),
-            k["release"].as_str().unwrap_or("?")
-        ));
+    if let Some(k) = &m.inputs.kernel {
+        s.push_str(&format!("kernel     {} [{}]\n", k.description, k.release));
     }
     if let Some(g) = &m.guest {
-        s.push_str(&format!(
-            "guest      {}\n",
-            g["uname"].as_str().unwrap_or("?")
-        ));
+        s.push_str(&format!("guest      {}\n", g.uname));
     }
     if !m.boot_to_agent_ms.is_empty() {
         s.push_str(&format!("boot→agent {:?} ms\n", m.boot_to_agent_ms));
@@ -87,10 +76,11 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
             p.samples,
             key_numbers.join(" ")
         ));
-        if let Some(line) = preproc_line(&p.summary) {
-            s.push_str(&format!("      {line}\n"));
-        }
-        if let Some(line) = fio_peer_line(&p.summary) {
+        // What the workload itself says about its point.
+        let lines = crate::results::summary_table::record_workload(p)
+            .map(|w| w.params().show_lines(&p.summary))
+            .unwrap_or_default();
+        for line in lines.iter().chain(preproc_line(&p.summary).iter()) {
             s.push_str(&format!("      {line}\n"));
         }
         if let Some(e) = &p.error {
@@ -191,23 +181,6 @@ fn preproc_line(summary: &std::collections::BTreeMap<String, serde_json::Value>)
     Some(line)
 }
 
-/// The btree job's fio peer check in one line: both I/O rates, their ratio
-/// and each side's CPU time per I/O (which is what separates them under TCG).
-fn fio_peer_line(
-    summary: &std::collections::BTreeMap<String, serde_json::Value>,
-) -> Option<String> {
-    let num = |k: &str| summary.get(k).and_then(serde_json::Value::as_f64);
-    let ratio = num("read_vs_fio_iops_ratio")?;
-    let ours = num("ios_per_s").or_else(|| num("read.ios_per_s"))?;
-    let fio = num("fio.iops")?;
-    let mut line = format!("fio peer: read {ours:.0} I/O/s, fio {fio:.0} IOPS, ratio {ratio:.3}");
-    let ours_cpu = num("cpu_us_per_io").or_else(|| num("read.cpu_us_per_io"));
-    if let (Some(a), Some(b)) = (ours_cpu, num("fio.cpu_us_per_io")) {
-        line.push_str(&format!("; CPU per I/O read {a:.1} µs, fio {b:.1} µs"));
-    }
-    Some(line)
-}
-
 /// Every spec under `dir`, sorted.
 pub fn find_specs(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -298,27 +271,5 @@ mod tests {
             })
             .collect();
         assert!(bad.is_empty(), "{}", bad.join("\n"));
-    }
-
-    #[test]
-    fn the_fio_peer_line_shows_rates_ratio_and_cpu() {
-        let summary: std::collections::BTreeMap<String, serde_json::Value> = [
-            ("ios_per_s", json!(3902.2)),
-            ("fio.iops", json!(3638.0)),
-            ("read_vs_fio_iops_ratio", json!(1.0726)),
-            ("cpu_us_per_io", json!(63.04)),
-            ("fio.cpu_us_per_io", json!(83.16)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        assert_eq!(
-            fio_peer_line(&summary).unwrap(),
-            "fio peer: read 3902 I/O/s, fio 3638 IOPS, ratio 1.073; CPU per I/O read 63.0 µs, fio 83.2 µs"
-        );
-        assert!(preproc_line(&summary).is_none());
-        let mut no_peer = summary.clone();
-        no_peer.remove("read_vs_fio_iops_ratio");
-        assert!(fio_peer_line(&no_peer).is_none());
     }
 }

@@ -113,15 +113,28 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
         spec_sha256: "ab".into(),
         spec: serde_json::json!({"workload": {"kind": "btree", "batch": 1}, "vm": {"vcpus": 2, "memory": "1G"}}),
         executor: "qemu".into(),
-        inputs: BTreeMap::new(),
-        accel: Some(serde_json::json!({"used": "tcg", "reasons": ["no vmx flag"]})),
+        inputs: Default::default(),
+        accel: Some(
+            serde_json::from_value(
+                serde_json::json!({"requested": "auto", "used": "tcg", "reasons": ["no vmx flag"], "probe": null}),
+            )
+            .unwrap(),
+        ),
         timing_note: "TCG (software emulation): timings are shape-only".into(),
         qemu_argv: vec!["qemu-system-x86_64".into(), "-nographic".into()],
-        host: serde_json::json!({"cpu_model": "cpu", "cpus": 2}),
-        guest: Some(serde_json::json!({"uname": "Linux 6.1", "cmdline": "console=ttyS0"})),
+        host: serde_json::from_value(serde_json::json!({"cpu_model": "cpu", "cpus": 2})).unwrap(),
+        guest: Some(
+            serde_json::from_value(serde_json::json!({"uname": "Linux 6.1", "cmdline": "console=ttyS0"}))
+                .unwrap(),
+        ),
         boots: Vec::new(),
         boot_to_agent_ms: vec![900],
-        devices: vec![serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M"}})],
+        devices: vec![
+            serde_json::from_value(
+                serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M"}}),
+            )
+            .unwrap(),
+        ],
         seed: 42,
         points: records,
         started_at: "2026-01-01T00:00:00Z".into(),

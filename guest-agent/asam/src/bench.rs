@@ -18,7 +18,8 @@ use crate::store;
 use crate::tools::{PICARD, SAMBAMBA, SAMTOOLS};
 use crate::{AsamError, Result};
 
-pub const TOOLS: [&str; 4] = ["picard", "sambamba", "samtools", "arrowsam"];
+/// The lines `bench-preproc` prints (types shared with the agent).
+pub use testbed_lines::asam::{BenchLine, StageResult, SummaryLine, TOOLS, Verification};
 
 pub struct BenchOptions {
     pub sam: PathBuf,
@@ -30,32 +31,24 @@ pub struct BenchOptions {
     pub threads: usize,
 }
 
-/// One timed stage of one tool.
-#[derive(Debug, Clone, Serialize)]
-pub struct StageResult {
-    pub tool: String,
-    pub stage: String,
-    pub seconds: f64,
-    pub records: u64,
-    /// Records with the duplicate bit after the stage (markdup stages).
-    pub duplicates: Option<u64>,
-}
-
-/// arrowsam against the references.
-#[derive(Debug, Clone, Serialize)]
-pub struct Verification {
-    /// Records whose duplicate bit differs from Picard's (or that only one
-    /// side has); `None` when Picard did not run.
-    pub dup_mismatches_vs_picard: Option<u64>,
-    /// arrowsam's (reference, position) sequence equals samtools sort's.
-    pub order_matches_samtools: Option<bool>,
-    pub order_first_difference: Option<u64>,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub stages: Vec<StageResult>,
     pub verification: Verification,
+}
+
+impl BenchReport {
+    /// What `bench-preproc` prints: a line per stage, then the summary.
+    pub fn lines(&self) -> Vec<BenchLine> {
+        self.stages
+            .iter()
+            .cloned()
+            .map(BenchLine::Stage)
+            .chain([BenchLine::Summary(SummaryLine::new(
+                self.verification.clone(),
+            ))])
+            .collect()
+    }
 }
 
 pub fn bench(o: &BenchOptions) -> Result<BenchReport> {
@@ -449,4 +442,46 @@ pub fn order_difference(a: &ArrowsamResult, samtools_bam: &Path) -> Result<Optio
         }
     }
     Ok(theirs.next().map(|_| i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_the_untyped_json_and_read_back() {
+        let stage = |tool: &str, duplicates| StageResult {
+            tool: tool.into(),
+            stage: "markdup".into(),
+            seconds: 0.5,
+            records: 8,
+            duplicates,
+        };
+        let report = BenchReport {
+            stages: vec![stage("picard", Some(2)), stage("samtools", None)],
+            verification: Verification {
+                dup_mismatches_vs_picard: Some(0),
+                order_matches_samtools: None,
+                order_first_difference: None,
+            },
+        };
+        let lines = report.lines();
+        let values: Vec<serde_json::Value> = lines
+            .iter()
+            .map(|l| serde_json::to_value(l).unwrap())
+            .collect();
+        // As cli.rs printed them before the line types existed.
+        let mut want: Vec<serde_json::Value> = report
+            .stages
+            .iter()
+            .map(|s| serde_json::to_value(s).unwrap())
+            .collect();
+        want.push(serde_json::json!({"summary": true, "verification": report.verification}));
+        assert_eq!(values, want);
+        assert!(values[1]["duplicates"].is_null());
+        for (l, v) in lines.iter().zip(&values) {
+            let back: BenchLine = serde_json::from_str(&v.to_string()).unwrap();
+            assert_eq!(&back, l);
+        }
+    }
 }

@@ -99,16 +99,11 @@ pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
             };
             let report =
                 bench(&o).with_context(|| format!("bench-preproc on {}", o.sam.display()))?;
-            let mut lines = report
-                .stages
+            report
+                .lines()
                 .iter()
                 .map(serde_json::to_string)
-                .collect::<Result<Vec<_>, _>>()?;
-            lines.push(
-                serde_json::json!({"summary": true, "verification": report.verification})
-                    .to_string(),
-            );
-            lines
+                .collect::<Result<Vec<_>, _>>()?
         }
     };
     let mut out = std::io::stdout().lock();

@@ -67,15 +67,9 @@ impl DatasetParams {
     }
 }
 
-/// What `prepare` made (or found cached).
-#[derive(Debug, Clone, Serialize)]
-pub struct Prepared {
-    pub sam: PathBuf,
-    pub reference: PathBuf,
-    pub cached: bool,
-    pub pairs: u64,
-    pub duplicate_pairs: u64,
-}
+/// What `prepare` made (or found cached); `prepare` prints it as its one
+/// JSON line (the type is shared with the agent).
+pub use testbed_lines::asam::Prepared;
 
 /// Makes the data set under `root` unless it is there already.
 pub fn prepare(p: &DatasetParams, root: &Path, threads: usize) -> Result<Prepared> {

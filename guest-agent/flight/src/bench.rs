@@ -61,21 +61,8 @@ impl Default for BenchConfig {
 }
 
 /// One stream's outcome. `bytes` counts payload (32 B a row), as the paper.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamResult {
-    pub op: Op,
-    pub stream: u32,
-    pub bytes: u64,
-    pub records: u64,
-    pub batches: u64,
-    pub seconds: f64,
-    pub mb_per_s: f64,
-    /// DoGet only: time from the previous batch (or the request) to each batch.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub latencies_ns: Vec<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checksum: Option<u64>,
-}
+/// `bench --json` prints one per line (the line type is shared with the agent).
+pub type StreamResult = testbed_lines::flight::StreamResult<Op>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchResult {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::bench::{BenchConfig, BenchResult};
+use crate::lines::{ServeReady, bench_lines};
 use crate::server::ServerConfig;
 use crate::settings::{Compression, Op, TransportSettings};
 
@@ -153,13 +154,13 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
 async fn serve(cfg: ServerConfig) -> anyhow::Result<()> {
     let server = crate::server::start(&cfg).await?;
     // The first stdout line tells a parent where we listen (port 0 resolved).
-    let line = serde_json::json!({
-        "listening": server.addr.to_string(),
-        "tls": cfg.tls_dir.is_some(),
-        "settings": cfg.settings,
-    });
+    let line = ServeReady {
+        listening: server.addr.to_string(),
+        tls: cfg.tls_dir.is_some(),
+        settings: cfg.settings.clone(),
+    };
     let mut out = std::io::stdout();
-    writeln!(out, "{line}")?;
+    writeln!(out, "{}", serde_json::to_string(&line)?)?;
     out.flush()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -173,17 +174,9 @@ async fn serve(cfg: ServerConfig) -> anyhow::Result<()> {
 fn print_bench(r: &BenchResult, json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
-        for s in &r.per_stream {
-            let mut v = serde_json::to_value(s)?;
-            v["type"] = "stream".into();
-            writeln!(out, "{v}")?;
+        for line in bench_lines(r) {
+            writeln!(out, "{}", serde_json::to_string(&line)?)?;
         }
-        let mut v = serde_json::to_value(r)?;
-        if let Some(o) = v.as_object_mut() {
-            o.remove("per_stream");
-        }
-        v["type"] = "summary".into();
-        writeln!(out, "{v}")?;
         return Ok(());
     }
     for s in &r.per_stream {

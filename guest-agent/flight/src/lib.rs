@@ -8,7 +8,8 @@
 //! - [`query`] compares row protocols (ODBC, libpq) with Flight SQL over a
 //!   synthetic NYC-taxi table in PostgreSQL.
 //!
-//! [`cli`] holds the `testbed flight ...` / `testbed-flight ...` commands.
+//! [`cli`] holds the `testbed flight ...` / `testbed-flight ...` commands;
+//! [`lines`] the JSON lines they print for the agent.
 //!
 //! Setup (host): `pip install pyarrow` for the interop tests and
 //! `compare-pyarrow`; `apt-get install -y postgresql-15 odbc-postgresql
@@ -24,6 +25,7 @@ pub mod codec;
 pub mod compare;
 pub mod data;
 pub mod error;
+pub mod lines;
 pub mod pyarrow;
 pub mod query;
 pub mod server;

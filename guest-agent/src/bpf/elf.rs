@@ -1,152 +1,143 @@
-//! Just enough ELF64 (little-endian) to take one BPF program out of a
-//! clang-built object: the bytes of a section, its name, and whether any
-//! relocation section applies to it.
+//! Takes one BPF program out of a clang-built object (ELF64, little-endian,
+//! EM_BPF) with the `object` crate: the bytes of a section, its name, and
+//! whether any relocation section applies to it.
 
-const SHT_REL: u32 = 9;
-const SHT_RELA: u32 = 4;
-const EHDR_LEN: usize = 64;
-const SHDR_LEN: usize = 64;
-const EM_BPF: u16 = 247;
+use object::elf::{EM_BPF, SHT_CREL, SHT_REL, SHT_RELA};
+use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
+use object::{FileKind, LittleEndian, Object as _, ObjectSection as _};
 
-#[derive(Debug, Clone, Copy)]
-struct Section {
-    name: u32,
-    kind: u32,
-    offset: u64,
-    size: u64,
-    info: u32,
+/// What is wrong with an object file; the caller names the file
+/// (`BpfError::Elf`).
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("not an ELF file: {0}")]
+    NotElf(String),
+    #[error("not a 64-bit little-endian ELF ({0})")]
+    NotElf64Le(&'static str),
+    #[error("machine is {0}, not BPF (247): compile with clang -target bpf")]
+    NotBpf(u16),
+    // object's errors are only in the messages: the caller keeps the text.
+    #[error("truncated or malformed headers: {0}")]
+    Headers(object::read::Error),
+    #[error("section {index} ({name:?}): {error}")]
+    Section {
+        index: usize,
+        name: String,
+        error: object::read::Error,
+    },
 }
 
-/// A parsed object; borrows the file's bytes.
+/// A parsed object; borrows the file's bytes. Every section's name and
+/// bytes were checked by [`Object::parse`].
 pub struct Object<'a> {
-    bytes: &'a [u8],
-    sections: Vec<Section>,
-    names: Section,
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    file: ElfFile64<'a, LittleEndian>,
 }
 
 impl<'a> Object<'a> {
-    /// Parses the headers; the error says what is wrong.
-    pub fn parse(bytes: &'a [u8]) -> Result<Self, String> {
-        if bytes.len() < EHDR_LEN || &bytes[..4] != b"\x7fELF" {
-            return Err("no ELF magic".into());
+    /// Parses and checks the headers, and the name and extent of every
+    /// section.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, ElfError> {
+        match FileKind::parse(bytes) {
+            Ok(FileKind::Elf64) => {}
+            Ok(FileKind::Elf32) => return Err(ElfError::NotElf64Le("32-bit")),
+            Ok(other) => return Err(ElfError::NotElf(format!("{other:?} file"))),
+            Err(e) => return Err(ElfError::NotElf(e.to_string())),
         }
-        if bytes[4] != 2 || bytes[5] != 1 {
-            return Err("not a 64-bit little-endian ELF".into());
+        let header =
+            object::elf::FileHeader64::<LittleEndian>::parse(bytes).map_err(ElfError::Headers)?;
+        if !header.is_little_endian() {
+            return Err(ElfError::NotElf64Le("big-endian"));
         }
-        if u16_at(bytes, 18) != Some(EM_BPF) {
-            return Err("machine is not BPF (compile with clang -target bpf)".into());
+        let machine = header.e_machine(LittleEndian);
+        if machine != EM_BPF {
+            return Err(ElfError::NotBpf(machine.0));
         }
-        let bad = || "truncated section headers".to_string();
-        let shoff = u64_at(bytes, 0x28).ok_or_else(bad)? as usize;
-        let shentsize = u16_at(bytes, 0x3a).ok_or_else(bad)? as usize;
-        let shnum = u16_at(bytes, 0x3c).ok_or_else(bad)? as usize;
-        let shstrndx = u16_at(bytes, 0x3e).ok_or_else(bad)? as usize;
-        if shentsize != SHDR_LEN {
-            return Err(format!(
-                "section header size {shentsize}, expected {SHDR_LEN}"
-            ));
+        let file = ElfFile64::<LittleEndian>::parse(bytes).map_err(ElfError::Headers)?;
+        for section in file.sections() {
+            let index = section.index().0;
+            let name = section.name().map_err(|error| ElfError::Section {
+                index,
+                name: String::from_utf8_lossy(section.name_bytes().unwrap_or(b"?")).into_owned(),
+                error,
+            })?;
+            // SHT_NOBITS sections have no bytes in the file: empty data.
+            section.data().map_err(|error| ElfError::Section {
+                index,
+                name: name.to_string(),
+                error,
+            })?;
         }
-        let mut sections = Vec::with_capacity(shnum);
-        for i in 0..shnum {
-            let at = shoff + i * SHDR_LEN;
-            let s = Section {
-                name: u32_at(bytes, at).ok_or_else(bad)?,
-                kind: u32_at(bytes, at + 4).ok_or_else(bad)?,
-                offset: u64_at(bytes, at + 24).ok_or_else(bad)?,
-                size: u64_at(bytes, at + 32).ok_or_else(bad)?,
-                info: u32_at(bytes, at + 44).ok_or_else(bad)?,
-            };
-            let end = s.offset.checked_add(s.size).ok_or_else(bad)?;
-            if s.kind != 8 && end > bytes.len() as u64 {
-                // SHT_NOBITS (8) has no bytes in the file.
-                return Err(format!("section {i} runs past the end of the file"));
-            }
-            sections.push(s);
-        }
-        let names = *sections
-            .get(shstrndx)
-            .ok_or_else(|| "no section-name table".to_string())?;
-        Ok(Object {
-            bytes,
-            sections,
-            names,
-        })
+        Ok(Object { file })
     }
 
-    fn name_of(&self, s: &Section) -> &'a str {
-        let start = (self.names.offset + u64::from(s.name)) as usize;
-        let table_end = (self.names.offset + self.names.size) as usize;
-        let Some(rest) = self.bytes.get(start..table_end) else {
-            return "";
-        };
-        let len = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-        std::str::from_utf8(&rest[..len]).unwrap_or("")
-    }
-
-    /// Names of all sections, in file order.
+    /// Names of all sections but the null one, in file order.
     pub fn section_names(&self) -> Vec<&'a str> {
-        self.sections.iter().map(|s| self.name_of(s)).collect()
-    }
-
-    fn find(&self, name: &str) -> Option<(usize, &Section)> {
-        self.sections
-            .iter()
-            .enumerate()
-            .find(|(_, s)| self.name_of(s) == name)
+        // Parse checked every name.
+        self.file
+            .sections()
+            .map(|s| s.name().unwrap_or(""))
+            .collect()
     }
 
     /// The bytes of section `name`.
     pub fn section(&self, name: &str) -> Option<&'a [u8]> {
-        let (_, s) = self.find(name)?;
-        self.bytes
-            .get(s.offset as usize..(s.offset + s.size) as usize)
+        self.file.section_by_name(name)?.data().ok()
     }
 
-    /// Whether a REL/RELA section applies to section `name`.
+    /// Whether a REL/RELA/CREL section applies to section `name`. Read from
+    /// the section table itself, so that no relocation section is missed
+    /// (`ObjectSection::relocations` skips those that use another symbol
+    /// table or cannot be read).
     pub fn has_relocations(&self, name: &str) -> bool {
-        let Some((index, _)) = self.find(name) else {
+        let Some(target) = self.file.section_by_name(name) else {
             return false;
         };
-        self.sections.iter().any(|s| {
-            (s.kind == SHT_REL || s.kind == SHT_RELA) && s.info as usize == index && s.size > 0
+        let target = target.index();
+        let endian = self.file.endian();
+        self.file.elf_section_table().iter().any(|s| {
+            matches!(s.sh_type(endian), SHT_REL | SHT_RELA | SHT_CREL)
+                && s.info_link(endian) == target
+                && s.sh_size(endian) > 0
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
     use super::*;
+    use crate::bpf::BpfError;
+    use crate::bpf::prog::Program;
 
     /// Compiles C for BPF with the host's clang (a build dependency of the
-    /// project), into a temp dir.
-    fn compile(src: &str) -> Vec<u8> {
+    /// project), into a temp dir; None (and a note) when there is no clang.
+    fn compile(src: &str) -> Option<Vec<u8>> {
         let dir = tempfile::tempdir().unwrap();
         let c = dir.path().join("p.c");
         let o = dir.path().join("p.o");
         std::fs::write(&c, src).unwrap();
-        let out = std::process::Command::new("clang")
+        let out = match Command::new("clang")
             .args(["-O2", "-target", "bpf", "-c"])
             .arg(&c)
             .arg("-o")
             .arg(&o)
             .output()
-            .expect("clang runs");
+        {
+            Ok(out) => out,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                eprintln!("skipped: no clang on PATH to build a BPF object");
+                return None;
+            }
+            Err(e) => panic!("clang: {e}"),
+        };
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        std::fs::read(&o).unwrap()
+        Some(std::fs::read(&o).unwrap())
     }
 
     const PROG: &str = r#"
@@ -155,20 +146,23 @@ mod tests {
         __attribute__((section("license"), used)) char lic[] = "GPL";
     "#;
 
+    fn is_insns(insns: &[u8]) -> bool {
+        !insns.is_empty() && insns.len().is_multiple_of(8)
+    }
+
     #[test]
     fn finds_a_program_and_its_license() {
-        let bytes = compile(PROG);
+        let Some(bytes) = compile(PROG) else { return };
         let obj = Object::parse(&bytes).unwrap();
         let insns = obj.section("storage_chain").unwrap();
-        assert!(
-            !insns.is_empty() && insns.len().is_multiple_of(8),
-            "{}",
-            insns.len()
-        );
+        assert!(is_insns(insns), "{}", insns.len());
         assert_eq!(obj.section("license").unwrap(), b"GPL\0");
         assert!(!obj.has_relocations("storage_chain"));
+        assert!(!obj.has_relocations("nope"));
         assert!(obj.section("nope").is_none());
-        assert!(obj.section_names().contains(&"storage_chain"));
+        let names = obj.section_names();
+        assert!(!names.contains(&""), "{names:?}");
+        assert!(names.contains(&"storage_chain"), "{names:?}");
     }
 
     #[test]
@@ -178,19 +172,150 @@ mod tests {
             __attribute__((section("storage_chain"), used))
             int prog(void *ctx) { counter++; return 0; }
         "#;
-        let bytes = compile(src);
+        let Some(bytes) = compile(src) else { return };
         let obj = Object::parse(&bytes).unwrap();
         assert!(obj.has_relocations("storage_chain"));
     }
 
     #[test]
     fn non_bpf_and_truncated_files_are_refused() {
-        assert!(Object::parse(b"not an elf").is_err());
-        let bytes = compile(PROG);
+        let e = Object::parse(b"not an elf").err().unwrap();
+        assert!(matches!(e, ElfError::NotElf(_)), "{e}");
+        let Some(bytes) = compile(PROG) else { return };
         let e = Object::parse(&bytes[..100]).err().unwrap();
-        assert!(e.contains("truncated") || e.contains("past the end"), "{e}");
+        assert!(matches!(e, ElfError::Headers(_)), "{e}");
+        assert!(e.to_string().contains("truncated"), "{e}");
         let mut x86 = bytes.clone();
         x86[18] = 62; // EM_X86_64
-        assert!(Object::parse(&x86).err().unwrap().contains("not BPF"));
+        let e = Object::parse(&x86).err().unwrap();
+        assert!(matches!(e, ElfError::NotBpf(62)), "{e}");
+        assert!(e.to_string().contains("not BPF"), "{e}");
+        let mut big = bytes.clone();
+        big[5] = 2; // ELFDATA2MSB
+        let e = Object::parse(&big).err().unwrap();
+        assert!(matches!(e, ElfError::NotElf64Le("big-endian")), "{e}");
+        let mut elf32 = bytes.clone();
+        elf32[4] = 1; // ELFCLASS32
+        let e = Object::parse(&elf32).err().unwrap();
+        assert!(matches!(e, ElfError::NotElf64Le("32-bit")), "{e}");
+        // A section whose bytes run past the end of the file is named.
+        let obj = Object::parse(&bytes).unwrap();
+        let index = obj.file.section_by_name("storage_chain").unwrap().index().0;
+        let shoff = obj.file.elf_header().e_shoff(LittleEndian) as usize;
+        let sh = shoff + index * 64;
+        let mut cut = bytes.clone();
+        cut[sh + 32..sh + 40].copy_from_slice(&(1u64 << 40).to_le_bytes()); // sh_size
+        let e = Object::parse(&cut).err().unwrap();
+        assert!(
+            matches!(&e, ElfError::Section { index: i, .. } if *i == index),
+            "{e}"
+        );
+    }
+
+    /// Through the loader: the error names the file and what is wrong,
+    /// before any bpf(2) call.
+    #[test]
+    fn load_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.bpf.o");
+        std::fs::write(&junk, b"#!/bin/sh\n").unwrap();
+        let e = Program::load_file(&junk, "storage_chain", 0).unwrap_err();
+        assert!(matches!(e, BpfError::Elf { .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&*junk.to_string_lossy()), "{text}");
+        assert!(text.contains("not an ELF file"), "{text}");
+
+        let Some(bytes) = compile(PROG) else { return };
+        let prog = dir.path().join("prog.bpf.o");
+        std::fs::write(&prog, &bytes).unwrap();
+        let e = Program::load_file(&prog, "storage_chain/none", 0).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, BpfError::NoSection { .. }), "{text}");
+        assert!(text.contains(&*prog.to_string_lossy()), "{text}");
+        assert!(text.contains("storage_chain, license"), "{text}");
+    }
+
+    /// A vmlinux.h of a hooks kernel in the testbed's cache
+    /// ($TESTBED_CACHE, else ~/.cache/testbed), as `testbed kernel build
+    /// vm-hooks` leaves it.
+    fn hooks_vmlinux_h() -> Option<PathBuf> {
+        let cache = std::env::var_os("TESTBED_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/testbed"))
+            })?;
+        let mut headers: Vec<PathBuf> = std::fs::read_dir(cache.join("kernels"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join("vmlinux.h"))
+            .collect();
+        headers.sort();
+        headers.into_iter().find(|h| {
+            std::fs::read_to_string(h).is_ok_and(|t| t.contains("BPF_PROG_TYPE_STORAGE_CHAIN"))
+        })
+    }
+
+    /// The project's own programs (ebpf-programs/), built here as
+    /// `testbed run` builds them: every program section is found, holds
+    /// whole instructions and has no relocations, and the license is GPL.
+    #[test]
+    fn reads_the_projects_programs() {
+        let Some(vmlinux_h) = hooks_vmlinux_h() else {
+            eprintln!(
+                "skipped: no hooks kernel's vmlinux.h in the testbed cache (testbed kernel build vm-hooks)"
+            );
+            return;
+        };
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf-programs");
+        let out = tempfile::tempdir().unwrap();
+        let make = Command::new("make")
+            .arg("-C")
+            .arg(&src)
+            .arg(format!("OUT={}", out.path().display()))
+            .arg(format!("VMLINUX_H={}", vmlinux_h.display()))
+            .output();
+        let make = match make {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("skipped: cannot run make: {e}");
+                return;
+            }
+        };
+        if !make.status.success() && Command::new("clang").arg("--version").output().is_err() {
+            eprintln!("skipped: no clang on PATH to build ebpf-programs/");
+            return;
+        }
+        assert!(
+            make.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&make.stdout),
+            String::from_utf8_lossy(&make.stderr)
+        );
+        let expect: [(&str, &[&str]); 3] = [
+            ("btree_lookup.bpf.o", &["storage_chain"]),
+            ("synthetic_chain.bpf.o", &["storage_chain"]),
+            (
+                "hook_attacks.bpf.o",
+                &[
+                    "storage_chain/jump",
+                    "storage_chain/spin",
+                    "storage_chain/write_block",
+                    "storage_chain/read_past",
+                    "storage_chain/scratch_oob",
+                ],
+            ),
+        ];
+        for (file, sections) in expect {
+            let bytes = std::fs::read(out.path().join(file)).unwrap();
+            let obj = Object::parse(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+            for &section in sections {
+                let insns = obj
+                    .section(section)
+                    .unwrap_or_else(|| panic!("{file}: no {section} in {:?}", obj.section_names()));
+                assert!(is_insns(insns), "{file}: {section}: {} bytes", insns.len());
+                assert!(!obj.has_relocations(section), "{file}: {section}");
+            }
+            assert_eq!(obj.section("license"), Some(&b"GPL\0"[..]), "{file}");
+        }
     }
 }

@@ -52,9 +52,9 @@ impl Program {
             path: path.to_path_buf(),
             source,
         })?;
-        let obj = Object::parse(&bytes).map_err(|reason| BpfError::Elf {
+        let obj = Object::parse(&bytes).map_err(|e| BpfError::Elf {
             path: path.to_path_buf(),
-            reason,
+            reason: e.to_string(),
         })?;
         let insns = obj.section(section).ok_or_else(|| BpfError::NoSection {
             path: path.to_path_buf(),

@@ -1,8 +1,9 @@
 //! `asam-preproc`: sorting + duplicate marking time of Picard, Sambamba,
 //! samtools and ArrowSAM on one synthetic aligned data set. The agent stays
 //! free of arrow: it runs the `testbed-asam` binary (`prepare`, then
-//! `bench-preproc --json`) as a child process and turns its JSON lines into
-//! `stage_seconds` samples tagged `tool` and `stage`.
+//! `bench-preproc --json`) as a child process, reads its JSON lines into
+//! the types testbed-asam prints them with (`testbed_lines::asam`) and
+//! turns them into `stage_seconds` samples tagged `tool` and `stage`.
 //!
 //! `dataset` names a size preset (chromosomes × length, coverage); any of
 //! them may be set explicitly, so a sweep over `dataset` walks the sizes
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use testbed_lines::asam::{BenchLine, Prepared, StageResult, SummaryLine};
 
 use super::child;
 use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
@@ -50,7 +52,8 @@ pub struct AsamPreprocParams {
     pub timeout_seconds: u64,
 }
 
-pub const TOOLS: [&str; 4] = ["picard", "sambamba", "samtools", "arrowsam"];
+/// The tools `bench-preproc --tools` knows.
+pub use testbed_lines::asam::TOOLS;
 
 /// (name, chromosomes, chromosome length, coverage)
 pub const PRESETS: [(&str, u32, u64, f64); 4] = [
@@ -200,13 +203,12 @@ pub fn run_with_binary(
         "--threads".into(),
         threads.clone(),
     ];
-    let prepared = child::run_json(bin, &prepare_args, timeout, "testbed-asam prepare")?;
+    let prepared: Vec<Prepared> =
+        child::run_json(bin, &prepare_args, timeout, "testbed-asam prepare")?;
     let dataset = prepared
-        .first()
+        .into_iter()
+        .next()
         .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
-    let sam = dataset["sam"].as_str().ok_or_else(|| {
-        WorkloadError::Other(format!("testbed-asam prepare: no sam in {dataset}"))
-    })?;
 
     let workdir = Workdir(std::env::temp_dir().join(format!(
         "testbed-asam-{}-{}",
@@ -217,7 +219,7 @@ pub fn run_with_binary(
         "bench-preproc".into(),
         "--json".into(),
         "--sam".into(),
-        sam.into(),
+        dataset.sam.display().to_string(),
         "--tools".into(),
         p.tools.join(","),
         "--workdir".into(),
@@ -225,36 +227,42 @@ pub fn run_with_binary(
         "--threads".into(),
         threads,
     ];
-    let lines = child::run_json(bin, &bench_args, timeout, "testbed-asam bench-preproc")?;
-    record(p, ctx, dataset, &lines)
+    let lines: Vec<BenchLine> =
+        child::run_json(bin, &bench_args, timeout, "testbed-asam bench-preproc")?;
+    record(p, ctx, &dataset, &lines)
 }
 
 /// Samples and summary from bench-preproc's lines.
 fn record(
     p: &AsamPreprocParams,
     ctx: &JobContext,
-    dataset: &serde_json::Value,
-    lines: &[serde_json::Value],
+    dataset: &Prepared,
+    lines: &[BenchLine],
 ) -> Result<Summary, WorkloadError> {
     let mut s = Summary::new();
-    for (i, line) in lines.iter().filter(|l| l.get("tool").is_some()).enumerate() {
-        let (Some(tool), Some(stage), Some(secs)) = (
-            line["tool"].as_str(),
-            line["stage"].as_str(),
-            line["seconds"].as_f64(),
-        ) else {
-            return Err(WorkloadError::Other(format!(
-                "testbed-asam bench-preproc printed a bad stage line: {line}"
-            )));
-        };
+    let stages = lines.iter().filter_map(|l| match l {
+        BenchLine::Stage(st) => Some(st),
+        BenchLine::Summary(_) => None,
+    });
+    for (i, st) in stages.enumerate() {
+        let StageResult {
+            tool,
+            stage,
+            seconds,
+            records,
+            duplicates,
+        } = st;
         let tags = BTreeMap::from([
-            ("tool".to_string(), tool.to_string()),
-            ("stage".to_string(), stage.to_string()),
+            ("tool".to_string(), tool.clone()),
+            ("stage".to_string(), stage.clone()),
         ]);
-        ctx.emit_samples("stage_seconds", "s", i as u32, &tags, &[secs]);
-        s.insert(format!("{tool}.{stage}_seconds"), serde_json::json!(secs));
-        s.insert("records".into(), line["records"].clone());
-        if let Some(d) = line["duplicates"].as_u64() {
+        ctx.emit_samples("stage_seconds", "s", i as u32, &tags, &[*seconds]);
+        s.insert(
+            format!("{tool}.{stage}_seconds"),
+            serde_json::json!(seconds),
+        );
+        s.insert("records".into(), serde_json::json!(records));
+        if let Some(d) = duplicates {
             s.insert(format!("{tool}.duplicates"), serde_json::json!(d));
         }
     }
@@ -267,25 +275,30 @@ fn record(
     }
     let verification = lines
         .iter()
-        .find(|l| l["summary"] == true)
-        .map(|l| l["verification"].clone())
+        .find_map(|l| match l {
+            BenchLine::Summary(SummaryLine {
+                summary: true,
+                verification,
+            }) => Some(verification),
+            _ => None,
+        })
         .ok_or_else(|| {
             WorkloadError::Other("testbed-asam bench-preproc printed no summary".into())
         })?;
     s.insert(
         "arrowsam.dup_mismatches_vs_picard".into(),
-        verification["dup_mismatches_vs_picard"].clone(),
+        serde_json::json!(verification.dup_mismatches_vs_picard),
     );
     s.insert(
         "arrowsam.order_matches_samtools".into(),
-        verification["order_matches_samtools"].clone(),
+        serde_json::json!(verification.order_matches_samtools),
     );
-    s.insert("dataset.pairs".into(), dataset["pairs"].clone());
+    s.insert("dataset.pairs".into(), serde_json::json!(dataset.pairs));
     s.insert(
         "dataset.duplicate_pairs".into(),
-        dataset["duplicate_pairs"].clone(),
+        serde_json::json!(dataset.duplicate_pairs),
     );
-    s.insert("dataset.cached".into(), dataset["cached"].clone());
+    s.insert("dataset.cached".into(), serde_json::json!(dataset.cached));
     Ok(s)
 }
 
@@ -380,8 +393,52 @@ mod tests {
         assert!(params(serde_json::json!({})).is_err());
     }
 
+    #[test]
+    fn stage_and_summary_lines_make_samples_and_the_summary() {
+        let p = params(serde_json::json!({"dataset": "tiny", "tools": ["picard", "arrowsam"]}))
+            .unwrap();
+        let dataset: Prepared = serde_json::from_value(serde_json::json!({
+            "sam": "/d/aligned.sam", "reference": "/d/ref.fa", "cached": true,
+            "pairs": 100, "duplicate_pairs": 10,
+        }))
+        .unwrap();
+        let out = [
+            r#"{"tool":"picard","stage":"sort","seconds":1.5,"records":200,"duplicates":null}"#,
+            r#"{"tool":"picard","stage":"markdup","seconds":2.0,"records":200,"duplicates":20}"#,
+            r#"{"tool":"arrowsam","stage":"markdup","seconds":0.5,"records":200,"duplicates":20}"#,
+            r#"{"summary":true,"verification":{"dup_mismatches_vs_picard":0,"order_matches_samtools":null,"order_first_difference":null}}"#,
+        ]
+        .join("\n");
+        let lines: Vec<BenchLine> = child::json_lines(&out, "bench-preproc").unwrap();
+        let sink = std::sync::Arc::new(crate::workload::VecSink::default());
+        let ctx = JobContext {
+            job_id: 1,
+            seed: 5,
+            devices: BTreeMap::new(),
+            sink: sink.clone(),
+        };
+        let s = record(&p, &ctx, &dataset, &lines).unwrap();
+        assert_eq!(s["picard.sort_seconds"], 1.5);
+        assert_eq!(s["arrowsam.duplicates"], 20);
+        assert!(!s.contains_key("picard.sort_duplicates"));
+        assert_eq!(s["records"], 200);
+        assert_eq!(s["arrowsam.dup_mismatches_vs_picard"], 0);
+        assert!(s["arrowsam.order_matches_samtools"].is_null());
+        assert_eq!(s["dataset.pairs"], 100);
+        assert_eq!(s["dataset.cached"], true);
+        assert_eq!(sink.0.lock().unwrap().len(), 3);
+        // Without the summary line, or a markdup stage of a tool, it fails.
+        let e = record(&p, &ctx, &dataset, &lines[..3]).unwrap_err();
+        assert!(e.to_string().contains("no summary"), "{e}");
+        let e = record(&p, &ctx, &dataset, &lines[..1]).unwrap_err();
+        assert!(e.to_string().contains("markdup"), "{e}");
+    }
+
     fn real_binary() -> PathBuf {
-        crate::workload::child::built_binary(crate::workload::registry::ASAM.env, crate::workload::registry::ASAM.binary)
+        crate::workload::child::built_binary(
+            crate::workload::registry::ASAM.env,
+            crate::workload::registry::ASAM.binary,
+        )
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Helper binaries the agent runs as child processes (testbed-flight,
-//! testbed-asam), so the agent itself links none of their dependencies:
-//! finding them, and running one to completion for its JSON lines.
+//! testbed-asam), so none of their code (arrow, tonic, tokio) runs in the
+//! agent: finding them, and running one to completion for its JSON lines,
+//! read into the line types the helper crates define and print.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+use serde::de::DeserializeOwned;
 
 use super::WorkloadError;
 
@@ -29,13 +32,15 @@ fn other(msg: String) -> WorkloadError {
 }
 
 /// Runs `bin args` (killed after `timeout`) and returns the JSON objects it
-/// printed, one per line; `what` names it in errors, which carry stderr.
-pub fn run_json(
+/// printed, one per line, each read as a `T` (the helper's line type);
+/// other output lines are skipped. `what` names it in errors, which carry
+/// stderr.
+pub fn run_json<T: DeserializeOwned>(
     bin: &Path,
     args: &[String],
     timeout: Duration,
     what: &str,
-) -> Result<Vec<serde_json::Value>, WorkloadError> {
+) -> Result<Vec<T>, WorkloadError> {
     let done = testbed_proc::run_captured(Command::new(bin).args(args), timeout)
         .map_err(|e| other(format!("{what}: {e}")))?;
     if !done.status.success() {
@@ -45,14 +50,21 @@ pub fn run_json(
             done.stderr.trim()
         )));
     }
-    done.stdout
-        .lines()
+    json_lines(&done.stdout, what)
+}
+
+/// The lines of `out` that hold a JSON object, each read as a `T`.
+pub fn json_lines<T: DeserializeOwned>(out: &str, what: &str) -> Result<Vec<T>, WorkloadError> {
+    out.lines()
         .filter(|l| l.trim_start().starts_with('{'))
-        .map(|l| {
-            serde_json::from_str(l)
-                .map_err(|e| other(format!("{what} printed bad JSON {l:?}: {e}")))
-        })
+        .map(|l| json_line(l, what))
         .collect()
+}
+
+/// One line a helper printed, read as a `T`.
+pub fn json_line<T: DeserializeOwned>(line: &str, what: &str) -> Result<T, WorkloadError> {
+    serde_json::from_str(line.trim())
+        .map_err(|e| other(format!("{what} printed a bad line {:?}: {e}", line.trim())))
 }
 
 /// For tests: the helper binary built in this workspace: `$<env>`, else the
@@ -80,4 +92,23 @@ pub fn built_binary(env: &str, name: &str) -> PathBuf {
         "{name} binary not found in {dirs:?}: build it first with \
          `cargo build -p {name}` (same CARGO_TARGET_DIR) or set {env}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Line {
+        n: u32,
+    }
+
+    #[test]
+    fn json_lines_skips_other_output_and_names_a_bad_line() {
+        let out = "starting\n{\"n\": 1}\n  {\"n\": 2}\n\n";
+        let lines: Vec<Line> = json_lines(out, "helper").unwrap();
+        assert_eq!(lines, [Line { n: 1 }, Line { n: 2 }]);
+        let e = json_lines::<Line>("{\"n\": -1}\n", "helper").unwrap_err();
+        assert!(e.to_string().contains("helper printed a bad line"), "{e}");
+    }
 }

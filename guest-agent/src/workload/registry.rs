@@ -24,6 +24,11 @@ pub trait WorkloadParams {
     }
     /// The metrics it emits: raw samples and summary numbers.
     fn metrics(&self) -> Vec<MetricInfo>;
+    /// Lines `testbed show` prints under the point, from its summary
+    /// (beyond the headline numbers every point shows).
+    fn show_lines(&self, _summary: &Summary) -> Vec<String> {
+        Vec::new()
+    }
     /// Summary keys written `<scope>.<metric>` (e.g. `read.lookups_per_s`):
     /// the tag the scope is (e.g. "engine") and its values at this point.
     /// The host splits such keys into a metric and a `tag_<name>` column.

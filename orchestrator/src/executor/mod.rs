@@ -35,7 +35,7 @@ pub enum PointOutcome {
 }
 
 /// What one boot (or agent process) did, for the manifest.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct BootRecord {
     pub index: u32,
     pub hello: Option<Hello>,

@@ -7,31 +7,40 @@ use super::def::FigureDef;
 use super::extract::PanelData;
 use super::stats::{CiMethod, RESAMPLES};
 
-fn s(v: &serde_json::Value) -> Option<&str> {
-    v.as_str().filter(|x| !x.is_empty())
+/// A value's name as the spec writes it (`nvme`, `64M`, `null`).
+fn serde_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
 }
 
 /// "TCG", "KVM" or the executor when no VM ran.
 pub fn accelerator(run: &RunData) -> String {
-    match run.manifest.accel.as_ref().and_then(|a| s(&a["used"])) {
-        Some(a) => a.to_uppercase(),
+    match &run.manifest.accel {
+        Some(a) => a.used.to_string().to_uppercase(),
         None => format!("none ({} executor)", run.manifest.executor),
     }
 }
 
 pub fn kernel(run: &RunData) -> String {
-    match run.manifest.inputs.get("kernel") {
+    match &run.manifest.inputs.kernel {
         Some(k) => {
-            let d = s(&k["description"]).unwrap_or("?");
-            match s(&k["release"]) {
-                Some(r) if !d.contains(r) => format!("{d} [{r}]"),
-                _ => d.to_string(),
+            let d = if k.description.is_empty() {
+                "?"
+            } else {
+                k.description.as_str()
+            };
+            if !k.release.is_empty() && !d.contains(&k.release) {
+                format!("{d} [{}]", k.release)
+            } else {
+                d.to_string()
             }
         }
-        None => match run.manifest.host.get("kernel").and_then(|k| k.as_str()) {
-            Some(h) => format!("host kernel {h}"),
-            None => "not recorded".into(),
-        },
+        None if !run.manifest.host.kernel.is_empty() => {
+            format!("host kernel {}", run.manifest.host.kernel)
+        }
+        None => "not recorded".into(),
     }
 }
 
@@ -41,22 +50,15 @@ pub fn devices(run: &RunData) -> String {
         .devices
         .iter()
         .map(|d| {
-            let sp = &d["spec"];
-            let mut parts = vec![
-                s(&sp["kind"]).unwrap_or("?").to_string(),
-                s(&sp["size"]).unwrap_or("").to_string(),
-            ];
-            if let Some(b) = sp["logical_block_size"].as_u64() {
-                parts.push(format!("{b} B blocks"));
-            }
-            if let Some(b) = s(&sp["backend"]) {
-                parts.push(format!("{b} backend"));
-            }
-            if let Some(q) = sp["queues"].as_u64() {
+            let sp = &d.spec;
+            let mut parts = vec![serde_name(&sp.kind), serde_name(&sp.size)];
+            parts.push(format!("{} B blocks", sp.logical_block_size));
+            parts.push(format!("{} backend", serde_name(&sp.backend)));
+            if let Some(q) = sp.queues {
                 parts.push(format!("{q} queues"));
             }
             parts.retain(|p| !p.is_empty());
-            format!("{} ({})", s(&sp["name"]).unwrap_or("?"), parts.join(", "))
+            format!("{} ({})", sp.name, parts.join(", "))
         })
         .collect();
     if list.is_empty() {
@@ -67,15 +69,16 @@ pub fn devices(run: &RunData) -> String {
 }
 
 pub fn vm(run: &RunData) -> Option<String> {
-    let vm = run.manifest.spec.get("vm")?;
+    let vm = run.manifest.vm()?;
     if run.manifest.executor != "qemu" {
         return None;
     }
-    Some(format!(
-        "{} vCPU, {} memory",
-        vm["vcpus"].as_u64().unwrap_or(0),
-        s(&vm["memory"]).unwrap_or("?")
-    ))
+    let memory = if vm.memory.is_empty() {
+        "?".to_string()
+    } else {
+        vm.memory
+    };
+    Some(format!("{} vCPU, {memory} memory", vm.vcpus))
 }
 
 fn ci_words(panels: &[&PanelData]) -> String {

@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use super::def::{At, ClaimDef, ClaimKind, Direction, FigureDef};
+use super::def::{
+    At, Bounds, ClaimCheck, ClaimDef, ClaimKind, Direction, FigureDef, Place, RatioAt,
+};
 use super::extract::{PanelData, Series, SeriesPoint, fmt_num};
 use super::stats;
 
@@ -103,39 +105,30 @@ impl Ctx<'_> {
         s.points.iter().filter(|p| self.in_range(p)).collect()
     }
 
-    /// The point at the claim's x (or its smallest/largest x).
-    fn at<'s>(&self, s: &'s Series, among: Option<&Series>) -> Option<&'s SeriesPoint> {
+    /// The point at `place`: a given x, or the smallest/largest x (that
+    /// `among` has too, if given).
+    fn at<'s>(
+        &self,
+        place: &Place,
+        s: &'s Series,
+        among: Option<&Series>,
+    ) -> Option<&'s SeriesPoint> {
         let pts = self.points(s);
         let common = |p: &&SeriesPoint| among.is_none_or(|o| o.points.iter().any(|q| q.x == p.x));
-        match (&self.claim.x, self.claim.at) {
-            (Some(x), _) => {
+        match place {
+            Place::X(x) => {
                 let want = super::data::Cell::from_toml(x)?;
                 pts.into_iter().find(|p| match want.as_f64() {
                     Some(v) if matches!(p.x, super::extract::XKey::Num(_)) => p.x.pos() == v,
                     _ => p.x.label() == want.text(),
                 })
             }
-            (None, Some(At::Largest)) => pts.into_iter().rfind(common),
-            (None, Some(At::Smallest)) => pts.into_iter().find(common),
-            (None, None) => None,
-        }
-    }
-
-    fn in_bounds(&self, v: f64) -> bool {
-        self.claim.min.is_none_or(|m| v >= m) && self.claim.max.is_none_or(|m| v <= m)
-    }
-
-    fn bounds_text(&self) -> String {
-        match (self.claim.min, self.claim.max) {
-            (Some(a), Some(b)) => format!("in [{}, {}]", fmt_num(a), fmt_num(b)),
-            (Some(a), None) => format!("≥ {}", fmt_num(a)),
-            (None, Some(b)) => format!("≤ {}", fmt_num(b)),
-            (None, None) => String::new(),
+            Place::At(At::Largest) => pts.into_iter().rfind(common),
+            Place::At(At::Smallest) => pts.into_iter().find(common),
         }
     }
 
     fn part(&self, s: &Series) -> Part {
-        let c = self.claim;
         let pts = self.points(s);
         let mut part = Part {
             series: s.key.clone(),
@@ -148,9 +141,10 @@ impl Ctx<'_> {
         } else {
             format!("{}: ", s.label)
         };
-        match c.kind {
-            ClaimKind::MaxLe | ClaimKind::MinGe => {
-                let max = c.kind == ClaimKind::MaxLe;
+        match &self.claim.check {
+            ClaimCheck::MaxLe { value: limit } | ClaimCheck::MinGe { value: limit } => {
+                let limit = *limit;
+                let max = matches!(self.claim.check, ClaimCheck::MaxLe { .. });
                 let pick = pts.iter().copied().reduce(|a, b| {
                     let better = if max {
                         b.est.value > a.est.value
@@ -163,7 +157,6 @@ impl Ctx<'_> {
                     part.words = format!("{name}no points");
                     return part;
                 };
-                let limit = c.value.unwrap_or(f64::NAN);
                 part.ok = Some(if max {
                     p.est.value <= limit
                 } else {
@@ -177,17 +170,21 @@ impl Ctx<'_> {
                 );
                 part.values = vec![used(s, p)];
             }
-            ClaimKind::Monotonic => {
-                let need = c.min_points.unwrap_or(2).max(2);
+            ClaimCheck::Monotonic {
+                direction,
+                tolerance,
+                min_points,
+            } => {
+                let need = (*min_points).max(2);
                 if pts.len() < need {
                     part.words = format!("{name}{} point(s), {need} needed", pts.len());
                     return part;
                 }
-                let up = c.direction == Some(Direction::Increasing);
+                let up = *direction == Direction::Increasing;
                 let mut broken = None;
                 for w in pts.windows(2) {
                     let (a, b) = (w[0].est.value, w[1].est.value);
-                    let slack = c.tolerance * a.abs();
+                    let slack = tolerance * a.abs();
                     let ok = if up { b >= a - slack } else { b <= a + slack };
                     if !ok && broken.is_none() {
                         broken = Some((w[0], w[1]));
@@ -209,17 +206,17 @@ impl Ctx<'_> {
                     ));
                 }
             }
-            ClaimKind::ValueAt => {
-                let Some(p) = self.at(s, None) else {
+            ClaimCheck::ValueAt(v) => {
+                let Some(p) = self.at(&v.place, s, None) else {
                     part.words = format!("{name}no point at the claim's x");
                     return part;
                 };
-                part.ok = Some(self.in_bounds(p.est.value));
+                part.ok = Some(in_bounds(v.bounds, p.est.value));
                 part.words = format!("{name}{} at x={}", show(p, self.unit), p.x.label());
                 part.values = vec![used(s, p)];
             }
-            ClaimKind::LinearInX => {
-                let need = c.min_points.unwrap_or(3).max(2);
+            ClaimCheck::LinearInX { r2_min, min_points } => {
+                let need = (*min_points).max(2);
                 let xs: Vec<f64> = pts.iter().map(|p| p.x.pos()).collect();
                 let ys: Vec<f64> = pts.iter().map(|p| p.est.value).collect();
                 if pts.len() < need {
@@ -230,7 +227,7 @@ impl Ctx<'_> {
                     part.words = format!("{name}no fit (one distinct x)");
                     return part;
                 };
-                part.ok = Some(fit.r2 >= c.r2_min.unwrap_or(1.0));
+                part.ok = Some(fit.r2 >= *r2_min);
                 part.words = format!(
                     "{name}R² = {:.4} over {} points (slope {})",
                     fit.r2,
@@ -238,9 +235,22 @@ impl Ctx<'_> {
                     fmt_num(fit.slope)
                 );
             }
-            ClaimKind::RatioAt => {}
+            // Decided on two series together, by `ratio_claim`.
+            ClaimCheck::RatioAt(_) => {}
         }
         part
+    }
+}
+
+fn in_bounds(b: Bounds, v: f64) -> bool {
+    b.min().is_none_or(|m| v >= m) && b.max().is_none_or(|m| v <= m)
+}
+
+fn bounds_text(b: Bounds) -> String {
+    match b {
+        Bounds::Both(a, b) => format!("in [{}, {}]", fmt_num(a), fmt_num(b)),
+        Bounds::Min(a) => format!("≥ {}", fmt_num(a)),
+        Bounds::Max(b) => format!("≤ {}", fmt_num(b)),
     }
 }
 
@@ -257,21 +267,20 @@ fn missing(data: &PanelData, key: &str) -> String {
     }
 }
 
-fn ratio_claim(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
-    let c = ctx.claim;
-    let (num_key, den_key) = (
-        c.numerator.clone().unwrap_or_default(),
-        c.denominator.clone().unwrap_or_default(),
-    );
-    let (Some(num), Some(den)) = (ctx.data.series(&num_key), ctx.data.series(&den_key)) else {
-        let why: Vec<String> = [&num_key, &den_key]
+fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> (Verdict, String, Vec<Used>) {
+    let (num_key, den_key) = (&r.numerator, &r.denominator);
+    let (Some(num), Some(den)) = (ctx.data.series(num_key), ctx.data.series(den_key)) else {
+        let why: Vec<String> = [num_key, den_key]
             .into_iter()
             .filter(|k| ctx.data.series(k).is_none())
             .map(|k| missing(ctx.data, k))
             .collect();
         return (Verdict::NotMeasurable, why.join("; "), Vec::new());
     };
-    let (Some(n), Some(d)) = (ctx.at(num, Some(den)), ctx.at(den, Some(num))) else {
+    let (Some(n), Some(d)) = (
+        ctx.at(&r.place, num, Some(den)),
+        ctx.at(&r.place, den, Some(num)),
+    ) else {
         return (
             Verdict::NotMeasurable,
             format!("{num_key} and {den_key} have no point at the claim's x in common"),
@@ -285,15 +294,15 @@ fn ratio_claim(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
             Vec::new(),
         );
     }
-    let r = n.est.value / d.est.value;
-    let ok = ctx.in_bounds(r);
+    let ratio = n.est.value / d.est.value;
+    let ok = in_bounds(r.bounds, ratio);
     let words = format!(
         "{num_key}/{den_key} at x={} = {} / {} = {} (claim: {})",
         n.x.label(),
         show(n, ctx.unit),
         show(d, ctx.unit),
-        fmt_num(r),
-        ctx.bounds_text()
+        fmt_num(ratio),
+        bounds_text(r.bounds)
     );
     (
         if ok {
@@ -307,8 +316,8 @@ fn ratio_claim(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
 }
 
 fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
-    if ctx.claim.kind == ClaimKind::RatioAt {
-        return ratio_claim(ctx);
+    if let ClaimCheck::RatioAt(r) = &ctx.claim.check {
+        return ratio_claim(ctx, r);
     }
     let explicit = !ctx.claim.series.is_empty();
     let mut missing_words = Vec::new();
@@ -343,34 +352,28 @@ fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
     let parts: Vec<Part> = chosen.iter().map(|s| ctx.part(s)).collect();
     let mut words: Vec<String> = parts.iter().map(|p| p.words.clone()).collect();
     words.extend(missing_words.iter().cloned());
-    let limit = match ctx.claim.kind {
-        ClaimKind::MaxLe => format!(
-            " (claim: ≤ {})",
-            fmt_num(ctx.claim.value.unwrap_or(f64::NAN))
-        ),
-        ClaimKind::MinGe => format!(
-            " (claim: ≥ {})",
-            fmt_num(ctx.claim.value.unwrap_or(f64::NAN))
-        ),
-        ClaimKind::ValueAt => format!(" (claim: {})", ctx.bounds_text()),
-        ClaimKind::LinearInX => format!(
-            " (claim: R² ≥ {})",
-            fmt_num(ctx.claim.r2_min.unwrap_or(1.0))
-        ),
-        ClaimKind::Monotonic => format!(
+    let limit = match &ctx.claim.check {
+        ClaimCheck::MaxLe { value } => format!(" (claim: ≤ {})", fmt_num(*value)),
+        ClaimCheck::MinGe { value } => format!(" (claim: ≥ {})", fmt_num(*value)),
+        ClaimCheck::ValueAt(v) => format!(" (claim: {})", bounds_text(v.bounds)),
+        ClaimCheck::LinearInX { r2_min, .. } => format!(" (claim: R² ≥ {})", fmt_num(*r2_min)),
+        ClaimCheck::Monotonic {
+            direction,
+            tolerance,
+            ..
+        } => format!(
             " (claim: {}{})",
-            if ctx.claim.direction == Some(Direction::Increasing) {
-                "increasing"
-            } else {
-                "decreasing"
+            match direction {
+                Direction::Increasing => "increasing",
+                Direction::Decreasing => "decreasing",
             },
-            if ctx.claim.tolerance > 0.0 {
-                format!(", tolerance {} %", fmt_num(ctx.claim.tolerance * 100.0))
+            if *tolerance > 0.0 {
+                format!(", tolerance {} %", fmt_num(tolerance * 100.0))
             } else {
                 String::new()
             }
         ),
-        ClaimKind::RatioAt => String::new(),
+        ClaimCheck::RatioAt(_) => String::new(),
     };
     let values = parts.iter().flat_map(|p| p.values.clone()).collect();
     let measured: Vec<bool> = parts.iter().filter_map(|p| p.ok).collect();
@@ -414,7 +417,7 @@ pub fn evaluate(def: &FigureDef, panels: &[(String, PanelData)]) -> Vec<ClaimRes
                 figure: def.id.clone(),
                 id: c.id.clone(),
                 text: c.text.clone(),
-                kind: c.kind,
+                kind: c.check.kind(),
                 panel: name,
                 verdict,
                 numbers,

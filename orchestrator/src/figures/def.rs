@@ -1,6 +1,7 @@
 //! Figure definitions: `experiments/figures/<id>.toml`, one per paper
 //! figure (format reference: `experiments/figures/README.md`). Strict like
-//! specs: unknown keys and missing per-kind fields are errors naming the file.
+//! specs: unknown keys, keys of another claim kind and missing per-kind
+//! fields are errors naming the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -241,7 +242,8 @@ pub struct Reference {
     pub x_to: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// The name of a claim's check (its `kind`), as results and reports show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimKind {
     MaxLe,
@@ -279,32 +281,238 @@ pub enum At {
     Largest,
 }
 
+/// One `[[claims]]` entry: the keys every kind has, and the check.
+///
+/// No `deny_unknown_fields` here: serde does not combine it with
+/// `flatten`. Keys this struct does not know go to `check`, whose
+/// variants refuse any key that is not theirs (tests:
+/// `unknown_and_other_kinds_keys_are_refused`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct ClaimDef {
     pub id: String,
     pub text: String,
-    pub kind: ClaimKind,
     /// Panel name (default: the first panel).
     pub panel: Option<String>,
     /// Series keys the claim is about (default: every series with data).
+    /// `ratio_at` names its two series itself and ignores this.
     #[serde(default)]
     pub series: Vec<String>,
     pub x_min: Option<f64>,
     pub x_max: Option<f64>,
-    pub value: Option<f64>,
-    pub direction: Option<Direction>,
-    /// monotonic: a step may go against the direction by this fraction.
-    #[serde(default)]
-    pub tolerance: f64,
-    pub x: Option<toml::Value>,
-    pub at: Option<At>,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    pub numerator: Option<String>,
-    pub denominator: Option<String>,
-    pub r2_min: Option<f64>,
-    pub min_points: Option<usize>,
+    /// `kind` and exactly the fields of that kind.
+    #[serde(flatten)]
+    pub check: ClaimCheck,
+}
+
+/// What a claim checks, by `kind`, with that kind's fields only.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClaimCheck {
+    /// The largest median of each series is at most `value`.
+    MaxLe { value: f64 },
+    /// The smallest median of each series is at least `value`.
+    MinGe { value: f64 },
+    /// Along x, no step goes the other way by more than `tolerance` × the
+    /// previous value.
+    Monotonic {
+        direction: Direction,
+        /// A step may go against the direction by this fraction.
+        #[serde(default)]
+        tolerance: f64,
+        /// Fewer points are not measurable (at least 2).
+        #[serde(default = "two")]
+        min_points: usize,
+    },
+    /// The series' median at one x is within bounds.
+    ValueAt(ValueAt),
+    /// median(numerator) / median(denominator) at one x is within bounds.
+    RatioAt(RatioAt),
+    /// A least-squares line through the medians has R² ≥ `r2_min`.
+    LinearInX {
+        r2_min: f64,
+        /// Fewer points are not measurable (at least 2).
+        #[serde(default = "three")]
+        min_points: usize,
+    },
+}
+
+fn two() -> usize {
+    2
+}
+
+fn three() -> usize {
+    3
+}
+
+impl ClaimCheck {
+    pub fn kind(&self) -> ClaimKind {
+        match self {
+            ClaimCheck::MaxLe { .. } => ClaimKind::MaxLe,
+            ClaimCheck::MinGe { .. } => ClaimKind::MinGe,
+            ClaimCheck::Monotonic { .. } => ClaimKind::Monotonic,
+            ClaimCheck::ValueAt(_) => ClaimKind::ValueAt,
+            ClaimCheck::RatioAt(_) => ClaimKind::RatioAt,
+            ClaimCheck::LinearInX { .. } => ClaimKind::LinearInX,
+        }
+    }
+}
+
+/// The x a `value_at` / `ratio_at` claim reads at: `x = …` or
+/// `at = "smallest" | "largest"`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Place {
+    X(toml::Value),
+    At(At),
+}
+
+/// `min` and/or `max`: at least one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bounds {
+    Min(f64),
+    Max(f64),
+    Both(f64, f64),
+}
+
+impl Bounds {
+    pub fn min(self) -> Option<f64> {
+        match self {
+            Bounds::Min(a) | Bounds::Both(a, _) => Some(a),
+            Bounds::Max(_) => None,
+        }
+    }
+
+    pub fn max(self) -> Option<f64> {
+        match self {
+            Bounds::Max(b) | Bounds::Both(_, b) => Some(b),
+            Bounds::Min(_) => None,
+        }
+    }
+}
+
+/// `value_at`: one of `x` / `at`, and `min` and/or `max`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "RawValueAt", into = "RawValueAt")]
+pub struct ValueAt {
+    pub place: Place,
+    pub bounds: Bounds,
+}
+
+/// `ratio_at`: `numerator`, `denominator` (series keys), one of `x` /
+/// `at`, and `min` and/or `max`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "RawRatioAt", into = "RawRatioAt")]
+pub struct RatioAt {
+    pub numerator: String,
+    pub denominator: String,
+    pub place: Place,
+    pub bounds: Bounds,
+}
+
+/// `value_at` as written; `ValueAt` is it checked.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawValueAt {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    x: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<At>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<f64>,
+}
+
+/// `ratio_at` as written; `RatioAt` is it checked.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawRatioAt {
+    numerator: String,
+    denominator: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    x: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<At>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<f64>,
+}
+
+/// The place and bounds of `value_at` / `ratio_at` from their keys.
+fn place_and_bounds(
+    kind: &str,
+    x: Option<toml::Value>,
+    at: Option<At>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> Result<(Place, Bounds), String> {
+    let place = match (x, at) {
+        (Some(x), None) => Place::X(x),
+        (None, Some(at)) => Place::At(at),
+        (Some(_), Some(_)) => return Err(format!("{kind}: `x` and `at` both given, use one")),
+        (None, None) => return Err(format!("{kind}: missing field `x` or `at`")),
+    };
+    let bounds = match (min, max) {
+        (Some(a), Some(b)) => Bounds::Both(a, b),
+        (Some(a), None) => Bounds::Min(a),
+        (None, Some(b)) => Bounds::Max(b),
+        (None, None) => return Err(format!("{kind}: missing field `min` and/or `max`")),
+    };
+    Ok((place, bounds))
+}
+
+/// The keys `x`, `at`, `min`, `max` of a place and bounds.
+fn place_and_bounds_keys(
+    place: Place,
+    bounds: Bounds,
+) -> (Option<toml::Value>, Option<At>, Option<f64>, Option<f64>) {
+    let (x, at) = match place {
+        Place::X(x) => (Some(x), None),
+        Place::At(at) => (None, Some(at)),
+    };
+    (x, at, bounds.min(), bounds.max())
+}
+
+impl TryFrom<RawValueAt> for ValueAt {
+    type Error = String;
+    fn try_from(r: RawValueAt) -> Result<Self, String> {
+        let (place, bounds) = place_and_bounds("value_at", r.x, r.at, r.min, r.max)?;
+        Ok(ValueAt { place, bounds })
+    }
+}
+
+impl From<ValueAt> for RawValueAt {
+    fn from(v: ValueAt) -> Self {
+        let (x, at, min, max) = place_and_bounds_keys(v.place, v.bounds);
+        RawValueAt { x, at, min, max }
+    }
+}
+
+impl TryFrom<RawRatioAt> for RatioAt {
+    type Error = String;
+    fn try_from(r: RawRatioAt) -> Result<Self, String> {
+        let (place, bounds) = place_and_bounds("ratio_at", r.x, r.at, r.min, r.max)?;
+        Ok(RatioAt {
+            numerator: r.numerator,
+            denominator: r.denominator,
+            place,
+            bounds,
+        })
+    }
+}
+
+impl From<RatioAt> for RawRatioAt {
+    fn from(v: RatioAt) -> Self {
+        let (x, at, min, max) = place_and_bounds_keys(v.place, v.bounds);
+        RawRatioAt {
+            numerator: v.numerator,
+            denominator: v.denominator,
+            x,
+            at,
+            min,
+            max,
+        }
+    }
 }
 
 impl FigureDef {
@@ -340,7 +548,6 @@ impl FigureDef {
             if self.panel(c.panel.as_deref()).is_none() {
                 return Err(format!("claim {}: no panel {:?}", c.id, c.panel));
             }
-            c.validate().map_err(|e| format!("claim {}: {e}", c.id))?;
         }
         Ok(())
     }
@@ -383,35 +590,6 @@ impl Panel {
             }
         }
         Ok(())
-    }
-}
-
-impl ClaimDef {
-    fn validate(&self) -> Result<(), String> {
-        let need = |ok: bool, what: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(format!("kind {:?} needs {what}", self.kind))
-            }
-        };
-        match self.kind {
-            ClaimKind::MaxLe | ClaimKind::MinGe => need(self.value.is_some(), "value"),
-            ClaimKind::Monotonic => need(self.direction.is_some(), "direction"),
-            ClaimKind::ValueAt => need(
-                (self.x.is_some() ^ self.at.is_some())
-                    && (self.min.is_some() || self.max.is_some()),
-                "one of x / at, and min and/or max",
-            ),
-            ClaimKind::RatioAt => need(
-                (self.x.is_some() ^ self.at.is_some())
-                    && (self.min.is_some() || self.max.is_some())
-                    && self.numerator.is_some()
-                    && self.denominator.is_some(),
-                "numerator, denominator, one of x / at, and min and/or max",
-            ),
-            ClaimKind::LinearInX => need(self.r2_min.is_some(), "r2_min"),
-        }
     }
 }
 
@@ -508,7 +686,15 @@ direction = "increasing"
         std::fs::write(&p, MINIMAL).unwrap();
         let d = load(&p).unwrap();
         assert_eq!(d.panels[0].y.stat, Stat::Percentile(99.0));
-        assert_eq!(d.claims[0].kind, ClaimKind::Monotonic);
+        assert_eq!(d.claims[0].check.kind(), ClaimKind::Monotonic);
+        assert!(matches!(
+            d.claims[0].check,
+            ClaimCheck::Monotonic {
+                direction: Direction::Increasing,
+                tolerance: 0.0,
+                min_points: 2
+            }
+        ));
     }
 
     #[test]
@@ -525,11 +711,186 @@ direction = "increasing"
         let p = t.path().join("t.toml");
         std::fs::write(&p, MINIMAL.replace("direction = \"increasing\"", "")).unwrap();
         let e = load(&p).unwrap_err().to_string();
-        assert!(e.contains("needs direction"), "{e}");
+        assert!(
+            e.contains("t.toml") && e.contains("missing field `direction`"),
+            "{e}"
+        );
 
         std::fs::write(&p, format!("{MINIMAL}\nbogus = 1\n")).unwrap();
         let e = load(&p).unwrap_err().to_string();
-        assert!(e.contains("bogus"), "{e}");
+        assert!(e.contains("t.toml") && e.contains("bogus"), "{e}");
+    }
+
+    /// `MINIMAL` with its claim replaced by `claim` (the lines after
+    /// `[[claims]]`), loaded as `t.toml`.
+    fn load_claim(claim: &str) -> Result<FigureDef, String> {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("t.toml");
+        let head = &MINIMAL[..MINIMAL.find("[[claims]]").unwrap()];
+        std::fs::write(
+            &p,
+            format!("{head}[[claims]]\nid = \"c\"\ntext = \"c\"\n{claim}\n"),
+        )
+        .unwrap();
+        load(&p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_claim_kind_loads_with_exactly_its_fields() {
+        let check = |claim: &str| load_claim(claim).unwrap().claims.remove(0).check;
+        assert!(matches!(
+            check("kind = \"max_le\"\nvalue = 200"),
+            ClaimCheck::MaxLe { value: 200.0 }
+        ));
+        assert!(matches!(
+            check("kind = \"min_ge\"\nvalue = 0.5"),
+            ClaimCheck::MinGe { value: 0.5 }
+        ));
+        assert!(matches!(
+            check(
+                "kind = \"monotonic\"\ndirection = \"decreasing\"\ntolerance = 0.05\nmin_points = 4"
+            ),
+            ClaimCheck::Monotonic {
+                direction: Direction::Decreasing,
+                tolerance: 0.05,
+                min_points: 4
+            }
+        ));
+        let ClaimCheck::ValueAt(v) = check("kind = \"value_at\"\nx = 2\nmin = 50\nmax = 70") else {
+            panic!("not value_at")
+        };
+        assert_eq!(v.place, Place::X(toml::Value::Integer(2)));
+        assert_eq!(v.bounds, Bounds::Both(50.0, 70.0));
+        let ClaimCheck::RatioAt(r) = check(
+            "kind = \"ratio_at\"\nnumerator = \"a\"\ndenominator = \"b\"\nat = \"largest\"\nmax = 0.75",
+        ) else {
+            panic!("not ratio_at")
+        };
+        assert_eq!((r.numerator.as_str(), r.denominator.as_str()), ("a", "b"));
+        assert_eq!(r.place, Place::At(At::Largest));
+        assert_eq!(r.bounds, Bounds::Max(0.75));
+        assert!(matches!(
+            check("kind = \"linear_in_x\"\nr2_min = 0.95"),
+            ClaimCheck::LinearInX {
+                r2_min: 0.95,
+                min_points: 3
+            }
+        ));
+        // The keys every kind has stay on the claim.
+        let d = load_claim(
+            "panel = \"p\"\nseries = [\"a\"]\nx_min = 1\nx_max = 6\nkind = \"min_ge\"\nvalue = 1",
+        )
+        .unwrap();
+        let c = &d.claims[0];
+        assert_eq!(
+            (c.panel.as_deref(), c.series.as_slice(), c.x_min, c.x_max),
+            (Some("p"), &["a".to_string()][..], Some(1.0), Some(6.0))
+        );
+    }
+
+    /// `ClaimDef` flattens its check and so cannot deny unknown fields
+    /// itself: the check's variants do, for keys of no kind and for keys
+    /// of another kind alike.
+    #[test]
+    fn unknown_and_other_kinds_keys_are_refused() {
+        for (claim, field) in [
+            (
+                "kind = \"monotonic\"\ndirection = \"increasing\"\nbogus = 1",
+                "bogus",
+            ),
+            // A misspelt common key is unknown to the check too.
+            (
+                "kind = \"monotonic\"\ndirection = \"increasing\"\nserie = [\"a\"]",
+                "serie",
+            ),
+            (
+                "kind = \"monotonic\"\ndirection = \"increasing\"\nvalue = 3",
+                "value",
+            ),
+            (
+                "kind = \"monotonic\"\ndirection = \"increasing\"\nr2_min = 0.9",
+                "r2_min",
+            ),
+            (
+                "kind = \"max_le\"\nvalue = 1\ndirection = \"increasing\"",
+                "direction",
+            ),
+            ("kind = \"max_le\"\nvalue = 1\ntolerance = 0.1", "tolerance"),
+            ("kind = \"min_ge\"\nvalue = 1\nmin_points = 3", "min_points"),
+            (
+                "kind = \"value_at\"\nx = 1\nmin = 1\nnumerator = \"a\"",
+                "numerator",
+            ),
+            ("kind = \"value_at\"\nx = 1\nmin = 1\nvalue = 2", "value"),
+            (
+                "kind = \"ratio_at\"\nnumerator = \"a\"\ndenominator = \"b\"\nx = 1\nmin = 1\nr2_min = 0.9",
+                "r2_min",
+            ),
+            (
+                "kind = \"linear_in_x\"\nr2_min = 0.9\ntolerance = 0.1",
+                "tolerance",
+            ),
+            (
+                "kind = \"linear_in_x\"\nr2_min = 0.9\nat = \"largest\"",
+                "at",
+            ),
+        ] {
+            let e = load_claim(claim).unwrap_err();
+            assert!(
+                e.contains("t.toml") && e.contains(&format!("unknown field `{field}`")),
+                "{claim}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_and_conflicting_claim_fields_are_refused() {
+        for (claim, want) in [
+            ("direction = \"increasing\"", "missing field `kind`"),
+            ("kind = \"rises\"", "unknown variant `rises`"),
+            ("kind = \"max_le\"", "missing field `value`"),
+            ("kind = \"linear_in_x\"", "missing field `r2_min`"),
+            ("kind = \"value_at\"\nmin = 1", "missing field `x` or `at`"),
+            (
+                "kind = \"value_at\"\nx = 1\nat = \"largest\"\nmin = 1",
+                "`x` and `at` both given",
+            ),
+            (
+                "kind = \"value_at\"\nx = 1",
+                "missing field `min` and/or `max`",
+            ),
+            (
+                "kind = \"ratio_at\"\nnumerator = \"a\"\nx = 1\nmin = 1",
+                "missing field `denominator`",
+            ),
+            (
+                "kind = \"ratio_at\"\nnumerator = \"a\"\ndenominator = \"b\"\nmin = 1",
+                "missing field `x` or `at`",
+            ),
+            (
+                "kind = \"ratio_at\"\nnumerator = \"a\"\ndenominator = \"b\"\nat = \"largest\"",
+                "missing field `min` and/or `max`",
+            ),
+        ] {
+            let e = load_claim(claim).unwrap_err();
+            assert!(e.contains("t.toml") && e.contains(want), "{claim}: {e}");
+        }
+    }
+
+    #[test]
+    fn claims_serialize_back_to_the_same_keys() {
+        let d = load_claim(
+            "kind = \"ratio_at\"\nnumerator = \"a\"\ndenominator = \"b\"\nx = \"4k\"\nmin = 1\nmax = 2\nseries = []",
+        )
+        .unwrap();
+        let text = toml::to_string(&d).unwrap();
+        let back: FigureDef = toml::from_str(&text).unwrap();
+        let ClaimCheck::RatioAt(r) = &back.claims[0].check else {
+            panic!("{text}")
+        };
+        assert_eq!(r.place, Place::X(toml::Value::String("4k".into())));
+        assert_eq!(r.bounds, Bounds::Both(1.0, 2.0));
+        assert!(!text.contains("\nat ="), "{text}");
     }
 
     #[test]

@@ -19,7 +19,6 @@ pub mod fit;
 pub mod font;
 pub mod png;
 pub mod report;
-pub mod reproduce;
 pub mod stats;
 pub mod svg;
 

@@ -178,11 +178,14 @@ fn manifest_table(run: &RunData) -> String {
         ("accelerator", caption::accelerator(run)),
     ];
     if let Some(a) = &m.accel {
-        rows.push(("accelerator: why", json_str(&a["reasons"])));
+        rows.push(("accelerator: why", a.reasons.join("; ")));
     }
     rows.push(("timing", m.timing_note.clone()));
     rows.push(("kernel", caption::kernel(run)));
-    for (name, v) in &m.inputs {
+    if let Some(k) = &m.inputs.kernel {
+        rows.push(("input", format!("kernel: {}", k.key)));
+    }
+    for (name, v) in &m.inputs.files {
         let sha = v.get("sha256").or_else(|| v.get("key")).map(json_str);
         rows.push((
             "input",
@@ -194,27 +197,28 @@ fn manifest_table(run: &RunData) -> String {
         rows.push(("VM", v));
     }
     if let Some(g) = &m.guest {
-        rows.push(("guest", json_str(&g["uname"])));
-        rows.push(("guest cmdline", json_str(&g["cmdline"])));
+        rows.push(("guest", g.uname.clone()));
+        rows.push(("guest cmdline", g.cmdline.clone()));
     }
     let h = &m.host;
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     rows.push((
         "host",
         format!(
             "{}, {} CPUs, {} KiB; kernel {}; {}",
-            json_str(&h["cpu_model"]),
-            json_str(&h["cpus"]),
-            json_str(&h["memory_kib"]),
-            json_str(&h["kernel"]),
-            json_str(&h["qemu_version"])
+            h.cpu_model,
+            h.cpus,
+            h.memory_kib,
+            h.kernel,
+            or_dash(h.qemu_version.clone())
         ),
     ));
     rows.push((
         "source",
         format!(
             "git {} (dirty: {}); testbed {}",
-            json_str(&h["git_commit"]),
-            json_str(&h["git_dirty"]),
+            or_dash(h.git_commit.clone()),
+            or_dash(h.git_dirty.map(|d| d.to_string())),
             m.testbed_version
         ),
     ));

@@ -158,21 +158,26 @@ impl Synth {
                 "vm": {"vcpus": 2, "memory": "1G"},
             }),
             executor: "qemu".into(),
-            inputs: BTreeMap::from([(
-                "kernel".to_string(),
-                serde_json::json!({"description": "Debian linux-image-6.1 6.1.1-1", "release": "6.1.0"}),
-            )]),
+            inputs: serde_json::from_value(serde_json::json!({
+                "kernel": {"description": "Debian linux-image-6.1 6.1.1-1", "release": "6.1.0"},
+            }))
+            .unwrap(),
             accel: Some(
-                serde_json::json!({"used": "tcg", "requested": "auto", "reasons": ["no vmx"]}),
+                serde_json::from_value(
+                    serde_json::json!({"used": "tcg", "requested": "auto", "reasons": ["no vmx"]}),
+                )
+                .unwrap(),
             ),
             timing_note: "TCG: timings are shape-only".into(),
             qemu_argv: vec!["qemu-system-x86_64".into()],
-            host: serde_json::json!({"cpu_model": "test cpu", "cpus": 2}),
+            host: serde_json::from_value(serde_json::json!({"cpu_model": "test cpu", "cpus": 2}))
+                .unwrap(),
             guest: None,
             boots: Vec::new(),
             boot_to_agent_ms: Vec::new(),
             devices: vec![
-                serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M", "logical_block_size": 512, "backend": "file"}}),
+                serde_json::from_value(serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M", "logical_block_size": 512, "backend": "file"}}))
+                    .unwrap(),
             ],
             seed: 42,
             points: self.records,

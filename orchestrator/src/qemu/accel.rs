@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::argv::Accel;
 use crate::spec::AccelChoice;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProbeResult {
     pub ok: bool,
     pub elapsed_ms: u64,
@@ -19,7 +19,7 @@ pub struct ProbeResult {
     pub detail: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AccelDecision {
     pub requested: AccelChoice,
     pub used: Accel,

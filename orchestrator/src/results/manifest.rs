@@ -41,6 +41,79 @@ pub struct PointRecord {
     pub boot: u32,
 }
 
+/// The kernel a VM run booted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KernelInput {
+    pub name: String,
+    pub key: String,
+    pub release: String,
+    pub description: String,
+    pub config_sha256: Option<String>,
+    pub patches: Vec<String>,
+    pub bzimage: std::path::PathBuf,
+}
+
+/// Content hashes and descriptions of every input. `kernel` is typed;
+/// the files (agent, helpers, initramfs, BPF programs) keep their own
+/// records by name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Inputs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelInput>,
+    #[serde(flatten)]
+    pub files: BTreeMap<String, serde_json::Value>,
+}
+
+/// What the guest said about itself at its first boot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GuestInfo {
+    pub uname: String,
+    pub cmdline: String,
+    pub cpus: u32,
+    pub mem_total_kib: u64,
+    pub modules_loaded: Vec<String>,
+    pub devices: BTreeMap<String, String>,
+    pub agent_version: String,
+    pub uptime_at_ready_ms: u64,
+}
+
+impl GuestInfo {
+    pub fn from_hello(h: &testbed_agent::protocol::Hello) -> GuestInfo {
+        GuestInfo {
+            uname: h.uname.clone(),
+            cmdline: h.kernel_cmdline.clone(),
+            cpus: h.ncpus,
+            mem_total_kib: h.mem_total_kib,
+            modules_loaded: h.modules_loaded.clone(),
+            devices: h.devices.clone(),
+            agent_version: h.agent_version.clone(),
+            uptime_at_ready_ms: h.uptime_ms,
+        }
+    }
+}
+
+/// One device as the run prepared it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceEntry {
+    pub spec: crate::spec::DeviceSpec,
+    #[serde(default)]
+    pub backing_files: Vec<std::path::PathBuf>,
+    #[serde(default)]
+    pub host_o_direct: bool,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// The VM a run asked for, as the manifest's spec records it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct VmShape {
+    pub vcpus: u32,
+    pub memory: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
     pub testbed_version: String,
@@ -54,23 +127,32 @@ pub struct Manifest {
     pub spec: serde_json::Value,
     pub executor: String,
     /// Content hashes and descriptions of every input: kernel, initramfs, agent.
-    pub inputs: BTreeMap<String, serde_json::Value>,
-    pub accel: Option<serde_json::Value>,
+    #[serde(default)]
+    pub inputs: Inputs,
+    pub accel: Option<crate::qemu::accel::AccelDecision>,
     /// "TCG: shape-only" etc.
     pub timing_note: String,
     pub qemu_argv: Vec<String>,
-    pub host: serde_json::Value,
+    #[serde(default)]
+    pub host: crate::hostinfo::HostInfo,
     /// From the first boot's hello: uname, cmdline, cpus, memory.
-    pub guest: Option<serde_json::Value>,
-    pub boots: Vec<serde_json::Value>,
+    pub guest: Option<GuestInfo>,
+    pub boots: Vec<crate::executor::BootRecord>,
     /// Host-measured QEMU start to agent hello, per boot.
     pub boot_to_agent_ms: Vec<u64>,
-    pub devices: Vec<serde_json::Value>,
+    pub devices: Vec<DeviceEntry>,
     pub seed: u64,
     pub points: Vec<PointRecord>,
     pub started_at: String,
     pub finished_at: Option<String>,
     pub wall_s: Option<f64>,
+}
+
+impl Manifest {
+    /// vCPUs and memory of the spec as run (None for a spec without [vm]).
+    pub fn vm(&self) -> Option<VmShape> {
+        serde_json::from_value(self.spec.get("vm")?.clone()).ok()
+    }
 }
 
 pub fn read(path: &Path) -> Result<Manifest, String> {

@@ -79,17 +79,9 @@ pub struct QueryArgs {
     pub json: bool,
 }
 
-/// One client fetching N rows once.
-#[derive(Debug, Clone, Serialize)]
-pub struct Measurement {
-    pub client: QueryClient,
-    pub limit: u64,
-    pub repetition: u32,
-    pub rows: u64,
-    pub seconds: f64,
-    pub checksum: Checksum,
-    pub matches: bool,
-}
+/// One client fetching N rows once; `query --json` prints one per line
+/// (the line type is shared with the agent).
+pub type Measurement = testbed_lines::flight::QueryLine<QueryClient, Checksum>;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct QueryReport {

@@ -24,6 +24,7 @@ pub mod recorder;
 pub mod report;
 pub mod runner;
 pub mod safety;
+pub mod show;
 pub mod synthetic;
 pub mod target;
 
@@ -260,6 +261,9 @@ impl super::WorkloadParams for BtreeParams {
             M::summary("ios_per_s", "IOPS", &["engine"]),
             M::summary("cpu_us_per_io", "µs", &["engine"]),
         ]
+    }
+    fn show_lines(&self, summary: &Summary) -> Vec<String> {
+        show::fio_peer_line(summary).into_iter().collect()
     }
     fn summary_scopes(&self) -> Option<(&'static str, Vec<String>)> {
         let mut names: Vec<String> = self

@@ -1,22 +1,23 @@
-//! `flight-bulk`: Arrow Flight DoGet/DoPut/DoExchange throughput. The agent
-//! stays free of arrow/tonic: it runs the `testbed-flight` binary (server
-//! and/or client) as child processes and turns the client's JSON lines
-//! (`bench --json`: one per stream, then a summary) into samples.
+//! `flight-bulk`: Arrow Flight DoGet/DoPut/DoExchange throughput. Runs
+//! `testbed-flight bench --json` (and a `serve` child) and turns the
+//! client's lines (one per stream, then a summary) into samples.
 //!
 //! Roles: `local` starts a server child and a client on this machine;
 //! `server` and `client` are the two halves of the two-VM topology, the
 //! client reaching the server at `address`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use testbed_lines::flight::{BenchLine, BenchSummary, StreamResult};
 
-use super::{JobContext, ParamError, Summary, WorkloadError, child, defaults, latency_summary};
+use super::process::{ServerChild, ensure_loopback_up, gen_cert};
+use super::{Scratch, default_timeout, other, require_binary, run_client};
+use crate::workload::{
+    JobContext, ParamError, Summary, WorkloadError, defaults, latency_summary, registry,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -106,9 +107,6 @@ fn default_serve_seconds() -> u64 {
 fn default_max_latency_samples() -> usize {
     100_000
 }
-fn default_timeout() -> u64 {
-    3600
-}
 
 /// Largest batch the server accepts (rows), as testbed-flight's MAX_BATCH_ROWS.
 const MAX_BATCH_ROWS: u32 = 1 << 24;
@@ -196,178 +194,6 @@ impl FlightBulkParams {
     }
 }
 
-/// `$TESTBED_FLIGHT_BIN`, then `testbed-flight` on PATH, then /bin.
-pub fn flight_binary() -> Option<PathBuf> {
-    super::registry::FLIGHT.find()
-}
-
-fn other(msg: impl Into<String>) -> WorkloadError {
-    WorkloadError::Other(msg.into())
-}
-
-/// A child `testbed-flight serve`, stopped (SIGTERM, then SIGKILL) on drop.
-struct ServerChild {
-    child: Child,
-    addr: String,
-}
-
-impl ServerChild {
-    fn start(
-        bin: &Path,
-        addr: &str,
-        tls_dir: Option<&Path>,
-        timeout: Duration,
-    ) -> Result<Self, WorkloadError> {
-        let mut cmd = Command::new(bin);
-        cmd.args(["serve", "--addr", addr]);
-        if let Some(d) = tls_dir {
-            cmd.arg("--tls-dir").arg(d);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| WorkloadError::io(format!("spawn {} serve", bin.display()), e))?;
-        let (tx, rx) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(out);
-                let mut line = String::new();
-                let _ = r.read_line(&mut line);
-                let _ = tx.send(line);
-                let _ = std::io::copy(&mut r, &mut std::io::sink());
-            });
-        }
-        let line = rx.recv_timeout(timeout).unwrap_or_default();
-        let listening = serde_json::from_str::<serde_json::Value>(&line)
-            .ok()
-            .and_then(|v| v["listening"].as_str().map(str::to_string));
-        let mut server = ServerChild {
-            child,
-            addr: String::new(),
-        };
-        match listening {
-            Some(a) => {
-                server.addr = a;
-                if let Some(err) = server.child.stderr.take() {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut BufReader::new(err), &mut std::io::sink());
-                    });
-                }
-                Ok(server)
-            }
-            None => {
-                let _ = server.child.kill();
-                let _ = server.child.wait();
-                let mut err = String::new();
-                if let Some(mut e) = server.child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                Err(other(format!(
-                    "testbed-flight serve --addr {addr} did not start within {timeout:?}: {}",
-                    err.trim()
-                )))
-            }
-        }
-    }
-
-    fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerChild {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.stop();
-        }
-    }
-}
-
-/// Brings the loopback interface up if it is down: as PID 1 in a fresh
-/// initramfs nothing else does, and the local role talks over 127.0.0.1.
-/// A no-op (no privilege needed) where `lo` is already up, as on a host.
-pub fn ensure_loopback_up() -> Result<(), WorkloadError> {
-    let err = |what: &str| {
-        WorkloadError::io(
-            format!("{what} (bringing lo up)"),
-            std::io::Error::last_os_error(),
-        )
-    };
-    // SAFETY: socket/ioctl/close on a descriptor we own, with a zeroed
-    // ifreq whose name is the NUL-terminated "lo".
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(err("socket"));
-        }
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (i, b) in b"lo".iter().enumerate() {
-            req.ifr_name[i] = *b as libc::c_char;
-        }
-        let up = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        let result = if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) < 0 {
-            Err(err("SIOCGIFFLAGS"))
-        } else if req.ifr_ifru.ifru_flags & (libc::IFF_UP as libc::c_short) != 0 {
-            Ok(())
-        } else {
-            req.ifr_ifru.ifru_flags |= up;
-            if libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) < 0 {
-                Err(err("SIOCSIFFLAGS"))
-            } else {
-                Ok(())
-            }
-        };
-        libc::close(fd);
-        result
-    }
-}
-
-/// A scratch directory (socket, TLS files) removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(job_id: u64) -> Result<Self, WorkloadError> {
-        let p =
-            std::env::temp_dir().join(format!("testbed-flight-{}-{job_id}", std::process::id()));
-        std::fs::create_dir_all(&p)
-            .map_err(|e| WorkloadError::io(format!("create {}", p.display()), e))?;
-        Ok(Scratch(p))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn gen_cert(bin: &Path, dir: &Path) -> Result<(), WorkloadError> {
-    let out = Command::new(bin)
-        .arg("gen-cert")
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .map_err(|e| WorkloadError::io(format!("spawn {} gen-cert", bin.display()), e))?;
-    if !out.status.success() {
-        return Err(other(format!(
-            "testbed-flight gen-cert failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
-}
-
 /// The client command line for `server`.
 fn bench_args(p: &FlightBulkParams, server: &str, tls_ca: Option<&Path>, seed: u64) -> Vec<String> {
     let mut a: Vec<String> = [
@@ -402,53 +228,50 @@ fn bench_args(p: &FlightBulkParams, server: &str, tls_ca: Option<&Path>, seed: u
     a
 }
 
-/// Runs the client and returns its JSON lines; the error carries stderr.
-fn run_client(
-    bin: &Path,
-    args: &[String],
-    timeout: Duration,
-) -> Result<Vec<serde_json::Value>, WorkloadError> {
-    child::run_json(bin, args, timeout, "flight client")
-}
-
 /// Every `stride`-th value, so at most `max` remain.
 fn subsample(v: &[f64], max: usize) -> (Vec<f64>, usize) {
     let stride = v.len().div_ceil(max.max(1)).max(1);
     (v.iter().step_by(stride).copied().collect(), stride)
 }
 
-/// Turns the client's JSON lines into samples and the job summary.
+/// Turns the client's lines into samples and the job summary.
 pub fn record(
     p: &FlightBulkParams,
-    lines: &[serde_json::Value],
+    lines: &[BenchLine],
     ctx: &JobContext,
 ) -> Result<Summary, WorkloadError> {
     let op = p.op();
-    let summary_line = lines
+    let summary: &BenchSummary = lines
         .iter()
-        .find(|l| l["type"] == "summary")
+        .find_map(|l| match l {
+            BenchLine::Summary(s) => Some(s),
+            BenchLine::Stream(_) => None,
+        })
         .ok_or_else(|| other("flight client printed no summary line"))?;
+    let stream_lines = lines.iter().filter_map(|l| match l {
+        BenchLine::Stream(s) => Some(s),
+        BenchLine::Summary(_) => None,
+    });
     let mut all_lat = Vec::new();
     let mut max_stride = 1;
     let mut streams = 0u32;
-    for l in lines.iter().filter(|l| l["type"] == "stream") {
-        let stream = l["stream"].as_u64().unwrap_or(0) as u32;
+    for l in stream_lines {
+        let StreamResult {
+            stream,
+            mb_per_s,
+            latencies_ns,
+            ..
+        } = l;
         let tags = BTreeMap::from([
             ("op".to_string(), op.to_string()),
             ("stream".to_string(), stream.to_string()),
         ]);
-        let mbps = l["mb_per_s"]
-            .as_f64()
-            .ok_or_else(|| other(format!("stream line without mb_per_s: {l}")))?;
-        ctx.emit_samples("flight_throughput", "MB/s", stream, &tags, &[mbps]);
-        let lat: Vec<f64> = l["latencies_ns"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
-            .unwrap_or_default();
+        ctx.emit_samples("flight_throughput", "MB/s", *stream, &tags, &[*mb_per_s]);
+        let lat: Vec<f64> = latencies_ns.iter().map(|&ns| ns as f64).collect();
         if !lat.is_empty() {
             let (sent, stride) = subsample(&lat, p.max_latency_samples);
             max_stride = max_stride.max(stride);
-            ctx.emit_samples("flight_batch_latency", "ns", stream, &tags, &sent);
+            ctx.emit_samples("flight_batch_latency", "ns", *stream, &tags, &sent);
             all_lat.extend(lat);
         }
         streams += 1;
@@ -460,20 +283,17 @@ pub fn record(
         )));
     }
     let mut s = Summary::new();
-    for k in [
-        "mb_per_s",
-        "wall_seconds",
-        "bytes",
-        "records",
-        "threads",
-        "settings",
-        "transport",
-        "tls",
-    ] {
-        if let Some(v) = summary_line.get(k) {
-            s.insert(k.to_string(), v.clone());
-        }
-    }
+    s.insert("mb_per_s".into(), serde_json::json!(summary.mb_per_s));
+    s.insert(
+        "wall_seconds".into(),
+        serde_json::json!(summary.wall_seconds),
+    );
+    s.insert("bytes".into(), serde_json::json!(summary.bytes));
+    s.insert("records".into(), serde_json::json!(summary.records));
+    s.insert("threads".into(), serde_json::json!(summary.threads));
+    s.insert("settings".into(), summary.settings.clone());
+    s.insert("transport".into(), serde_json::json!(summary.transport));
+    s.insert("tls".into(), serde_json::json!(summary.tls));
     s.insert("operation".into(), serde_json::json!(op));
     s.insert("streams".into(), serde_json::json!(p.streams));
     s.insert("records_per_batch".into(), serde_json::json!(p.batch()));
@@ -488,10 +308,7 @@ pub fn record(
 }
 
 pub fn run(p: &FlightBulkParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
-    let bin = flight_binary().ok_or_else(|| {
-        other("testbed-flight not found ($TESTBED_FLIGHT_BIN, PATH, /bin); put it in the image")
-    })?;
-    run_with_binary(p, ctx, &bin)
+    run_with_binary(p, ctx, &require_binary()?)
 }
 
 pub fn run_with_binary(
@@ -583,150 +400,7 @@ pub fn run_with_binary(
     }
 }
 
-/// `flight-query`: the query comparison (PostgreSQL via ODBC row/block
-/// fetch, libpq, Flight SQL over PostgreSQL and over Parquet) for one N,
-/// run by `testbed-flight query`. PostgreSQL 15 must be installed where it
-/// runs, and the ODBC clients need a testbed-flight built with `--features odbc`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FlightQueryParams {
-    /// N of `SELECT * FROM nyc_taxi LIMIT N`.
-    #[serde(default = "default_query_rows")]
-    pub rows: u64,
-    /// Rows loaded into the table (default: `rows`). Set it to the largest N
-    /// of a sweep so every point reads the same table.
-    #[serde(default)]
-    pub table_rows: Option<u64>,
-    #[serde(default = "default_query_clients")]
-    pub clients: Vec<String>,
-    /// Fetches per client within the job (one cluster, one load).
-    #[serde(default = "defaults::one_u32")]
-    pub repetitions: u32,
-    /// Rows per Arrow batch (Flight SQL) and per ODBC block.
-    #[serde(default = "default_batch_rows")]
-    pub batch_rows: u32,
-    #[serde(default = "default_timeout")]
-    pub timeout_seconds: u64,
-}
-
-pub const QUERY_CLIENTS: [&str; 5] = [
-    "odbc-row",
-    "odbc-block",
-    "libpq",
-    "flight-sql",
-    "flight-sql-parquet",
-];
-
-fn default_query_rows() -> u64 {
-    100_000
-}
-fn default_query_clients() -> Vec<String> {
-    QUERY_CLIENTS.iter().map(|s| s.to_string()).collect()
-}
-fn default_batch_rows() -> u32 {
-    65_536
-}
-
-impl FlightQueryParams {
-    pub fn validate(&self) -> Result<(), ParamError> {
-        if self.rows == 0 {
-            return Err(ParamError::new("rows", "must be at least 1"));
-        }
-        if self.table_rows == Some(0) {
-            return Err(ParamError::new("table_rows", "must be at least 1"));
-        }
-        if self.clients.is_empty() {
-            return Err(ParamError::new("clients", "name at least one client"));
-        }
-        if let Some(c) = self
-            .clients
-            .iter()
-            .find(|c| !QUERY_CLIENTS.contains(&c.as_str()))
-        {
-            return Err(ParamError::new(
-                "clients",
-                format!("unknown client {c:?}; known: {}", QUERY_CLIENTS.join(", ")),
-            ));
-        }
-        if self.repetitions == 0 {
-            return Err(ParamError::new("repetitions", "must be at least 1"));
-        }
-        if self.batch_rows == 0 {
-            return Err(ParamError::new("batch_rows", "must be at least 1"));
-        }
-        Ok(())
-    }
-}
-
-pub fn run_query(p: &FlightQueryParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
-    let bin = flight_binary().ok_or_else(|| {
-        other("testbed-flight not found ($TESTBED_FLIGHT_BIN, PATH, /bin); put it in the image")
-    })?;
-    run_query_with_binary(p, ctx, &bin)
-}
-
-pub fn run_query_with_binary(
-    p: &FlightQueryParams,
-    ctx: &JobContext,
-    bin: &Path,
-) -> Result<Summary, WorkloadError> {
-    let scratch = Scratch::new(ctx.job_id)?;
-    let args: Vec<String> = vec![
-        "query".into(),
-        "--json".into(),
-        "--rows".into(),
-        p.rows.to_string(),
-        "--table-rows".into(),
-        p.table_rows.unwrap_or(p.rows).to_string(),
-        "--clients".into(),
-        p.clients.join(","),
-        "--repetitions".into(),
-        p.repetitions.to_string(),
-        "--batch-rows".into(),
-        p.batch_rows.to_string(),
-        "--seed".into(),
-        (ctx.seed % 1_000_000).max(1).to_string(),
-        "--run-dir".into(),
-        scratch.0.display().to_string(),
-    ];
-    let lines = run_client(bin, &args, Duration::from_secs(p.timeout_seconds.max(1)))?;
-    let mut s = Summary::new();
-    for (i, client) in p.clients.iter().enumerate() {
-        let mine: Vec<&serde_json::Value> = lines
-            .iter()
-            .filter(|l| l["client"] == client.as_str())
-            .collect();
-        let secs: Vec<f64> = mine.iter().filter_map(|l| l["seconds"].as_f64()).collect();
-        if secs.len() != p.repetitions as usize {
-            return Err(other(format!(
-                "testbed-flight query reported {} timings for {client}, {} expected",
-                secs.len(),
-                p.repetitions
-            )));
-        }
-        let tags = BTreeMap::from([
-            ("client".to_string(), client.clone()),
-            ("rows".to_string(), p.rows.to_string()),
-        ]);
-        ctx.emit_samples("query_seconds", "s", i as u32, &tags, &secs);
-        let mut sorted = secs.clone();
-        sorted.sort_by(f64::total_cmp);
-        s.insert(
-            format!("{client}_seconds"),
-            serde_json::json!(sorted[sorted.len() / 2]),
-        );
-        if let Some(c) = mine.first() {
-            s.insert(format!("{client}_checksum"), c["checksum"].clone());
-            s.insert("rows_fetched".into(), c["rows"].clone());
-        }
-    }
-    s.insert("rows".into(), serde_json::json!(p.rows));
-    // The command exits non-zero on any mismatch, so reaching here means all agree.
-    s.insert("checksums_match".into(), serde_json::json!(true));
-    Ok(s)
-}
-
-impl super::WorkloadParams for FlightBulkParams {
+impl crate::workload::WorkloadParams for FlightBulkParams {
     fn validate(
         &self,
         _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
@@ -736,44 +410,18 @@ impl super::WorkloadParams for FlightBulkParams {
     fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
         run(self, ctx)
     }
-    fn needs(&self) -> super::Needs {
-        super::Needs {
-            helpers: vec![super::registry::FLIGHT],
+    fn needs(&self) -> crate::workload::Needs {
+        crate::workload::Needs {
+            helpers: vec![registry::FLIGHT],
             ..Default::default()
         }
     }
-    fn metrics(&self) -> Vec<super::MetricInfo> {
-        use super::MetricInfo as M;
+    fn metrics(&self) -> Vec<crate::workload::MetricInfo> {
+        use crate::workload::MetricInfo as M;
         vec![
             M::raw("flight_throughput", "MB/s", &["op", "stream"]),
             M::raw("flight_batch_latency", "ns", &["op", "stream"]),
             M::summary("mb_per_s", "MB/s", &[]),
-        ]
-    }
-}
-
-impl super::WorkloadParams for FlightQueryParams {
-    fn validate(
-        &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
-    ) -> Result<(), ParamError> {
-        FlightQueryParams::validate(self)
-    }
-    fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {
-        run_query(self, ctx)
-    }
-    fn needs(&self) -> super::Needs {
-        super::Needs {
-            helpers: vec![super::registry::FLIGHT],
-            host_steps: vec!["postgres"],
-            ..Default::default()
-        }
-    }
-    fn metrics(&self) -> Vec<super::MetricInfo> {
-        use super::MetricInfo as M;
-        vec![
-            M::raw("query_seconds", "s", &["client"]),
-            M::summary("rows", "", &[]),
         ]
     }
 }
@@ -841,9 +489,17 @@ mod tests {
     }
 
     #[test]
-    fn loopback_is_up_afterwards() {
-        ensure_loopback_up().unwrap();
-        assert!(std::net::TcpListener::bind("127.0.0.1:0").is_ok());
+    fn the_client_command_line_names_op_and_compression_as_the_cli_does() {
+        let p = params(r#"{"operation":"exchange","compression":"zstd","streams":3}"#);
+        let a = bench_args(&p, "10.0.0.1:5", None, 7);
+        let after = |flag: &str| {
+            let i = a.iter().position(|x| x == flag).unwrap();
+            a[i + 1].clone()
+        };
+        assert_eq!(after("--op"), "exchange");
+        assert_eq!(after("--compression"), "zstd");
+        assert_eq!(after("--streams"), "3");
+        assert!(!a.contains(&"--tls-ca".to_string()));
     }
 
     #[test]
@@ -854,19 +510,54 @@ mod tests {
         assert_eq!(subsample(&v[..5], 100), (v[..5].to_vec(), 1));
     }
 
-    fn real_binary() -> PathBuf {
-        crate::workload::child::built_binary(crate::workload::registry::FLIGHT.env, crate::workload::registry::FLIGHT.binary)
+    fn ctx(job_id: u64, sink: Arc<VecSink>) -> JobContext {
+        JobContext {
+            job_id,
+            seed: 1,
+            devices: BTreeMap::new(),
+            sink,
+        }
+    }
+
+    #[test]
+    fn a_missing_summary_or_stream_is_an_error() {
+        let p = params(r#"{"streams":2}"#);
+        let stream: BenchLine = serde_json::from_value(serde_json::json!({
+            "type": "stream", "op": "get", "stream": 0, "bytes": 32, "records": 1,
+            "batches": 1, "seconds": 1.0, "mb_per_s": 0.5, "latencies_ns": [5],
+        }))
+        .unwrap();
+        let summary: BenchLine = serde_json::from_value(serde_json::json!({
+            "type": "summary", "op": "get", "streams": 2, "threads": 2,
+            "records_per_stream": 1, "records_per_batch": 1, "compression": "none",
+            "tls": false, "transport": "tcp", "wall_seconds": 1.0, "bytes": 64,
+            "records": 2, "mb_per_s": 1.0,
+            "settings": {"tcp_nodelay": true},
+        }))
+        .unwrap();
+        let sink = Arc::new(VecSink::default());
+        let e = record(&p, std::slice::from_ref(&stream), &ctx(1, sink.clone())).unwrap_err();
+        assert!(e.to_string().contains("no summary"), "{e}");
+        let e = record(
+            &p,
+            &[stream.clone(), summary.clone()],
+            &ctx(1, sink.clone()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("1 streams, 2 expected"), "{e}");
+        let mut second = stream.clone();
+        if let BenchLine::Stream(s) = &mut second {
+            s.stream = 1;
+        }
+        let s = record(&p, &[stream, second, summary], &ctx(1, sink.clone())).unwrap();
+        assert_eq!(s["records"], 2);
+        assert_eq!(s["settings"]["tcp_nodelay"], true);
+        assert_eq!(s["latency_sample_stride"], 1);
     }
 
     fn run_with_real_binary(p: FlightBulkParams) -> (Summary, Vec<crate::protocol::SampleChunk>) {
         let sink = Arc::new(VecSink::default());
-        let ctx = JobContext {
-            job_id: 3,
-            seed: 1,
-            devices: BTreeMap::new(),
-            sink: sink.clone(),
-        };
-        let s = run_with_binary(&p, &ctx, &real_binary()).unwrap();
+        let s = run_with_binary(&p, &ctx(3, sink.clone()), &super::super::real_binary()).unwrap();
         let chunks = sink.0.lock().unwrap().clone();
         (s, chunks)
     }
@@ -895,68 +586,6 @@ mod tests {
         assert!(s["mb_per_s"].as_f64().unwrap() > 0.0);
         assert!(s.contains_key("flight_batch_latency_p99_ns"));
         assert_eq!(s["settings"]["tcp_nodelay"], serde_json::json!(true));
-    }
-
-    #[test]
-    fn query_params_are_checked() {
-        let q = |j: serde_json::Value| -> FlightQueryParams {
-            let mut j = j;
-            j["kind"] = "flight-query".into();
-            match serde_json::from_value(j).unwrap() {
-                Workload::FlightQuery(p) => p,
-                other => panic!("{other:?}"),
-            }
-        };
-        let p = q(serde_json::json!({}));
-        assert_eq!(
-            (p.rows, p.clients.len(), p.batch_rows),
-            (100_000, 5, 65_536)
-        );
-        assert!(p.validate().is_ok());
-        let bad = q(serde_json::json!({"clients": ["odbc-row", "jdbc"]}));
-        let e = bad.validate().unwrap_err();
-        assert!(e.field == "clients" && e.reason.contains("jdbc"), "{e}");
-        assert_eq!(
-            q(serde_json::json!({"rows": 0}))
-                .validate()
-                .unwrap_err()
-                .field,
-            "rows"
-        );
-    }
-
-    #[test]
-    fn query_without_odbc_runs_postgres_and_flight_sql() {
-        let p = FlightQueryParams {
-            rows: 2000,
-            table_rows: Some(3000),
-            clients: vec![
-                "libpq".into(),
-                "flight-sql".into(),
-                "flight-sql-parquet".into(),
-            ],
-            repetitions: 2,
-            batch_rows: 1000,
-            timeout_seconds: 300,
-        };
-        let sink = Arc::new(VecSink::default());
-        let ctx = JobContext {
-            job_id: 4,
-            seed: 1,
-            devices: BTreeMap::new(),
-            sink: sink.clone(),
-        };
-        let s = run_query_with_binary(&p, &ctx, &real_binary()).unwrap();
-        assert_eq!(s["rows_fetched"], serde_json::json!(2000));
-        assert_eq!(s["libpq_checksum"], s["flight-sql_checksum"]);
-        assert_eq!(s["libpq_checksum"], s["flight-sql-parquet_checksum"]);
-        let chunks = sink.0.lock().unwrap();
-        assert_eq!(chunks.len(), 3);
-        assert!(
-            chunks
-                .iter()
-                .all(|c| c.metric == "query_seconds" && c.values.len() == 2)
-        );
     }
 
     #[test]

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::claims::ClaimResult;
-use super::def::{self, FigureDef};
-use super::error::{FigureError, file_err};
-use super::report::{self, RunLink, SpecOutcome};
-use super::{compute, write_claims, write_figures};
+use crate::figures::claims::ClaimResult;
+use crate::figures::def::{self, FigureDef};
+use crate::figures::error::{FigureError, file_err};
+use crate::figures::report::{self, RunLink, SpecOutcome};
+use crate::figures::{compute, write, write_claims, write_figures};
 use crate::progress::{Event, Progress};
 use crate::results::manifest::{self, RunStatus};
 use crate::run::{self, RunError, RunOptions};
@@ -214,7 +214,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
                     write_figures(&rf)?;
                     write_claims(&rf)?;
                     let page = report::run_page(&rf)?;
-                    super::write(&dir.join("report.html"), page.as_bytes())?;
+                    write(&dir.join("report.html"), page.as_bytes())?;
                     Ok(RunLink {
                         href: href(&opts.results, &dir),
                         figures: rf,
@@ -246,7 +246,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
     let label = format!("{target}{}", if opts.quick { " --quick" } else { "" });
     let page = report::joined_page(&outcomes, &label)?;
     let report_path = out_dir.join("report.html");
-    super::write(&report_path, page.as_bytes())?;
+    write(&report_path, page.as_bytes())?;
     let mut claims = Vec::new();
     for o in &outcomes {
         if let Some(r) = &o.run {
@@ -267,7 +267,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
     });
     let cpath = out_dir.join("claims.json");
     let text = serde_json::to_vec_pretty(&doc).map_err(|e| FigureError::Other(e.to_string()))?;
-    super::write(&cpath, &text)?;
+    write(&cpath, &text)?;
     Ok(Summary {
         outcomes,
         claims,

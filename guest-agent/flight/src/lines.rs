@@ -1,0 +1,183 @@
+//! The JSON lines testbed-flight prints on stdout for a parent process (the
+//! agent's `flight-bulk` / `flight-query` workloads). The line types live in
+//! the `testbed-lines` crate, which the agent reads them with; here they
+//! are instantiated with this crate's own field types.
+//!
+//! - `serve`: one [`ServeReady`] line once it listens.
+//! - `bench --json`: [`bench_lines`]: one [`BenchLine::Stream`] per stream,
+//!   then one [`BenchLine::Summary`] (`"type": "stream"` / `"summary"`).
+//! - `query --json`: one [`QueryLine`] (`query::Measurement`) per measurement.
+
+use crate::bench::BenchResult;
+use crate::settings::{Compression, Op, TransportSettings};
+
+pub use crate::bench::StreamResult;
+pub use crate::query::Measurement as QueryLine;
+pub use testbed_lines::flight::QUERY_CLIENTS;
+
+/// `serve`'s first stdout line.
+pub type ServeReady = testbed_lines::flight::ServeReady<TransportSettings>;
+/// One line of `bench --json`.
+pub type BenchLine = testbed_lines::flight::BenchLine<Op, Compression, TransportSettings>;
+/// The summary line of `bench --json`.
+pub type BenchSummary = testbed_lines::flight::BenchSummary<Op, Compression, TransportSettings>;
+
+/// The lines of one bulk run: every stream in order, then the summary.
+pub fn bench_lines(r: &BenchResult) -> Vec<BenchLine> {
+    r.per_stream
+        .iter()
+        .cloned()
+        .map(BenchLine::Stream)
+        .chain([BenchLine::Summary(bench_summary(r))])
+        .collect()
+}
+
+/// `r` without its per-stream results (those are lines of their own).
+pub fn bench_summary(r: &BenchResult) -> BenchSummary {
+    BenchSummary {
+        op: r.op,
+        streams: r.streams,
+        threads: r.threads,
+        records_per_stream: r.records_per_stream,
+        records_per_batch: r.records_per_batch,
+        compression: r.compression,
+        tls: r.tls,
+        transport: r.transport.clone(),
+        wall_seconds: r.wall_seconds,
+        bytes: r.bytes,
+        records: r.records,
+        mb_per_s: r.mb_per_s,
+        settings: r.settings.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::QueryClient;
+    use crate::query::taxi::Checksum;
+    use clap::ValueEnum;
+
+    fn stream(stream: u32, latencies_ns: Vec<u64>, checksum: Option<u64>) -> StreamResult {
+        StreamResult {
+            op: Op::Get,
+            stream,
+            bytes: 320,
+            records: 10,
+            batches: 2,
+            seconds: 0.5,
+            mb_per_s: 0.25,
+            latencies_ns,
+            checksum,
+        }
+    }
+
+    fn result() -> BenchResult {
+        BenchResult {
+            op: Op::Get,
+            streams: 2,
+            threads: 2,
+            records_per_stream: 10,
+            records_per_batch: 5,
+            compression: Compression::Lz4,
+            tls: true,
+            transport: "unix".into(),
+            wall_seconds: 0.75,
+            bytes: 640,
+            records: 20,
+            mb_per_s: 0.5,
+            settings: TransportSettings::default(),
+            per_stream: vec![stream(0, vec![7, 9], Some(3)), stream(1, Vec::new(), None)],
+        }
+    }
+
+    /// The lines as `bench --json` built them before the line types
+    /// existed: each result as a JSON object plus a `type` key.
+    fn untyped_lines(r: &BenchResult) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for s in &r.per_stream {
+            let mut v = serde_json::to_value(s).unwrap();
+            v["type"] = "stream".into();
+            out.push(v);
+        }
+        let mut v = serde_json::to_value(r).unwrap();
+        v.as_object_mut().unwrap().remove("per_stream");
+        v["type"] = "summary".into();
+        out.push(v);
+        out
+    }
+
+    #[test]
+    fn bench_lines_are_the_untyped_json_and_the_agent_reads_them() {
+        let r = result();
+        let lines = bench_lines(&r);
+        let values: Vec<serde_json::Value> = lines
+            .iter()
+            .map(|l| serde_json::to_value(l).unwrap())
+            .collect();
+        assert_eq!(values, untyped_lines(&r));
+        assert!(values[1].get("latencies_ns").is_none());
+        assert!(values[1].get("checksum").is_none());
+        for (l, v) in lines.iter().zip(&values) {
+            let text = v.to_string();
+            let back: BenchLine = serde_json::from_str(&text).unwrap();
+            assert_eq!(&back, l);
+            // What the agent reads (the default type parameters).
+            let agent: testbed_lines::flight::BenchLine = serde_json::from_str(&text).unwrap();
+            assert_eq!(&serde_json::to_value(&agent).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn serve_ready_reads_back() {
+        let line = ServeReady {
+            listening: "127.0.0.1:5".into(),
+            tls: false,
+            settings: TransportSettings::default(),
+        };
+        let text = serde_json::to_string(&line).unwrap();
+        let agent: testbed_lines::flight::ServeReady = serde_json::from_str(&text).unwrap();
+        assert_eq!(agent.listening, "127.0.0.1:5");
+        assert_eq!(agent.settings["tcp_nodelay"], true);
+    }
+
+    #[test]
+    fn query_lines_read_back() {
+        let m = QueryLine {
+            client: QueryClient::FlightSqlParquet,
+            limit: 10,
+            repetition: 1,
+            rows: 10,
+            seconds: 0.125,
+            checksum: Checksum {
+                rows: 10,
+                ints: u64::MAX,
+                micros: 2,
+                cents: 3,
+                strings: 4,
+            },
+            matches: true,
+        };
+        let text = serde_json::to_string(&m).unwrap();
+        let agent: testbed_lines::flight::QueryLine = serde_json::from_str(&text).unwrap();
+        assert_eq!(agent.client, "flight-sql-parquet");
+        assert_eq!(agent.checksum["ints"], u64::MAX);
+        assert_eq!(agent.checksum, serde_json::to_value(m.checksum).unwrap());
+        assert_eq!(
+            (agent.rows, agent.seconds, agent.matches),
+            (10, 0.125, true)
+        );
+    }
+
+    #[test]
+    fn query_clients_are_the_names_query_knows() {
+        let names: Vec<&str> = QueryClient::value_variants()
+            .iter()
+            .map(|c| c.name())
+            .collect();
+        assert_eq!(names, QUERY_CLIENTS);
+        for c in QueryClient::value_variants() {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+        }
+    }
+}

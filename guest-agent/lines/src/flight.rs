@@ -1,0 +1,123 @@
+//! Lines of `testbed-flight`.
+//!
+//! - `serve`: one [`ServeReady`] line once it listens.
+//! - `bench --json`: one [`BenchLine::Stream`] per stream, then one
+//!   [`BenchLine::Summary`] (`"type": "stream"` / `"summary"`).
+//! - `query --json`: one [`QueryLine`] per measurement.
+//!
+//! Type parameters (helper type / what the agent reads): `Op`
+//! (`settings::Op` / its name), `Compression` (`settings::Compression` /
+//! its name), `Settings` (`settings::TransportSettings` / JSON),
+//! `Client` (`query::QueryClient` / its name), `Checksum`
+//! (`query::taxi::Checksum` / JSON).
+
+use serde::{Deserialize, Serialize};
+
+/// `serve`'s first stdout line: where it listens (port 0 resolved).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServeReady<Settings = serde_json::Value> {
+    /// IP:PORT or unix:/path.
+    pub listening: String,
+    pub tls: bool,
+    pub settings: Settings,
+}
+
+/// One line of `bench --json`, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum BenchLine<Op = String, Compression = String, Settings = serde_json::Value> {
+    Stream(StreamResult<Op>),
+    Summary(BenchSummary<Op, Compression, Settings>),
+}
+
+/// One stream's outcome. `bytes` counts payload (32 B a row), as the paper.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamResult<Op = String> {
+    pub op: Op,
+    pub stream: u32,
+    pub bytes: u64,
+    pub records: u64,
+    pub batches: u64,
+    pub seconds: f64,
+    pub mb_per_s: f64,
+    /// DoGet only: time from the previous batch (or the request) to each batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latencies_ns: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u64>,
+}
+
+/// A bulk run's totals (the per-stream results are lines of their own).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchSummary<Op = String, Compression = String, Settings = serde_json::Value> {
+    pub op: Op,
+    pub streams: u32,
+    pub threads: u32,
+    pub records_per_stream: u64,
+    pub records_per_batch: u32,
+    pub compression: Compression,
+    pub tls: bool,
+    pub transport: String,
+    /// First request to last stream done.
+    pub wall_seconds: f64,
+    pub bytes: u64,
+    pub records: u64,
+    pub mb_per_s: f64,
+    pub settings: Settings,
+}
+
+/// One line of `query --json`: one client fetching N rows once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryLine<Client = String, Checksum = serde_json::Value> {
+    pub client: Client,
+    pub limit: u64,
+    pub repetition: u32,
+    pub rows: u64,
+    pub seconds: f64,
+    /// Order-independent digest of the rows fetched.
+    pub checksum: Checksum,
+    /// The checksum equals the generator's.
+    pub matches: bool,
+}
+
+/// The names of `query --clients` (`query::QueryClient` serialised).
+pub const QUERY_CLIENTS: [&str; 5] = [
+    "odbc-row",
+    "odbc-block",
+    "libpq",
+    "flight-sql",
+    "flight-sql-parquet",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_and_summary_lines_are_told_apart_by_type() {
+        let stream = r#"{"type":"stream","op":"get","stream":1,"bytes":32,"records":1,"batches":1,"seconds":0.5,"mb_per_s":0.25}"#;
+        let line: BenchLine = serde_json::from_str(stream).unwrap();
+        let BenchLine::Stream(s) = &line else {
+            panic!("{line:?}")
+        };
+        assert_eq!((s.op.as_str(), s.stream), ("get", 1));
+        assert!(s.latencies_ns.is_empty() && s.checksum.is_none());
+        let back = serde_json::to_value(&line).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(stream).unwrap()
+        );
+        let summary = serde_json::json!({
+            "type": "summary", "op": "put", "streams": 1, "threads": 1,
+            "records_per_stream": 1, "records_per_batch": 1, "compression": "lz4",
+            "tls": true, "transport": "unix", "wall_seconds": 1.0, "bytes": 32,
+            "records": 1, "mb_per_s": 1.0, "settings": {"tcp_nodelay": true},
+        });
+        let line: BenchLine = serde_json::from_value(summary.clone()).unwrap();
+        let BenchLine::Summary(s) = &line else {
+            panic!("{line:?}")
+        };
+        assert_eq!(s.settings["tcp_nodelay"], true);
+        assert_eq!(serde_json::to_value(&line).unwrap(), summary);
+    }
+}

@@ -1,0 +1,142 @@
+//! A run's inputs: devices, the guest binaries its workloads declare, and
+//! the executor (for QEMU: kernel, image and accelerator, in `vm`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::vm::prepare_vm;
+use super::{RunError, RunOptions, setup};
+use crate::executor::Executor;
+use crate::executor::host::HostExecutor;
+use crate::executor::qemu::QemuExecutor;
+use crate::plan::{Plan, Point};
+use crate::progress::{Event, Progress};
+use crate::results::manifest::Manifest;
+use crate::results::rundir::RunDir;
+use crate::spec::{ExecutorKind, LoadedSpec};
+use crate::{devices, guestbin, hostinfo, kernel, paths};
+
+/// Devices, guest binaries and the executor, recorded in the manifest.
+pub(super) fn prepare(
+    loaded: &LoadedSpec,
+    plan: &Plan,
+    kernel: Option<kernel::KernelArtifact>,
+    rd: &RunDir,
+    m: &mut Manifest,
+    opts: &RunOptions,
+    progress: &mut dyn Progress,
+) -> Result<Box<dyn Executor>, RunError> {
+    let spec = &loaded.spec;
+    let dir = rd.root.clone();
+    let repo = paths::repo_root();
+    let cache = paths::cache_root();
+    // Inputs: devices first (cheap, and they fail fast on a bad passthrough).
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let prepared = devices::prepare(&spec.devices, &rd.devices_dir(), Path::new("/sys"), &mounts)
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    m.devices = prepared.iter().map(|d| d.manifest_entry()).collect();
+    for d in &prepared {
+        if let Some(n) = &d.note {
+            progress.event(Event::Warn(n.clone()));
+        }
+    }
+    let mut stage = |s: &str| progress.event(Event::Stage(s.to_string()));
+    let agent =
+        guestbin::ensure(&repo, guestbin::AGENT, &mut stage).map_err(setup("guest agent"))?;
+    m.inputs.files.insert("agent".into(), file_input(&agent));
+    // Helper binaries the agent runs as child processes, as the points'
+    // workloads declare them.
+    let wanted: std::collections::BTreeSet<guestbin::Helper> = plan
+        .points
+        .iter()
+        .flat_map(|p| p.workload.needs().helpers)
+        .collect();
+    let mut helpers: Vec<(guestbin::Helper, PathBuf)> = Vec::new();
+    for helper in wanted {
+        let f = guestbin::ensure(&repo, helper, &mut stage)
+            .map_err(setup(&format!("{} binary", helper.binary)))?;
+        m.inputs.files.insert(helper.binary.into(), file_input(&f));
+        helpers.push((helper, f));
+    }
+    let qemu = crate::qemu::qemu_binary();
+    m.host = hostinfo::collect(&repo, qemu.as_deref());
+    let executor: Box<dyn Executor> = match spec.experiment.executor {
+        ExecutorKind::Qemu => {
+            let qemu = qemu.ok_or_else(|| {
+                RunError::Setup("qemu-system-x86_64 is not installed: run `./x setup` (apt-get install qemu-system-x86)".into())
+            })?;
+            // Any point may need them, not only the base workload: a sweep
+            // can turn `engine = "read"` into a hook engine.
+            let needs_bpf = plan.points.iter().any(|p| p.workload.needs().bpf_programs);
+            let kernel = kernel.ok_or_else(|| {
+                RunError::Setup("internal: the qemu executor's kernel was not resolved".into())
+            })?;
+            let (config, decision, inputs) = prepare_vm(
+                loaded, &qemu, &kernel, &agent, &helpers, &prepared, needs_bpf, &cache, opts,
+                progress,
+            )?;
+            m.inputs.kernel = inputs.kernel;
+            m.inputs.files.extend(inputs.files);
+            m.timing_note = decision.timing_note().to_string();
+            progress.event(Event::Stage(format!(
+                "accelerator: {} ({})",
+                decision.used,
+                decision.reasons.join("; ")
+            )));
+            m.accel = Some(decision);
+            Box::new(QemuExecutor {
+                config,
+                cmdline_extra: spec.vm.cmdline.clone(),
+                devices: plan.devices.clone(),
+                timeouts: spec.timeouts.clone(),
+                run_dir: dir.clone(),
+                pair: pair_setup(loaded),
+            })
+        }
+        ExecutorKind::Host => {
+            m.timing_note = "host executor: timings are of this host".into();
+            let env = helpers
+                .iter()
+                .map(|(h, f)| (h.env.to_string(), f.to_string_lossy().into_owned()))
+                .collect();
+            Box::new(HostExecutor {
+                agent: agent.clone(),
+                devices: devices::host_refs(&prepared, &plan.devices),
+                timeouts: spec.timeouts.clone(),
+                env,
+            })
+        }
+        ExecutorKind::Slurm => {
+            return Err(RunError::Setup(
+                "the slurm executor is not implemented yet; use executor = \"qemu\" or \"host\""
+                    .into(),
+            ));
+        }
+    };
+    Ok(executor)
+}
+
+fn pair_setup(loaded: &LoadedSpec) -> Option<crate::executor::qemu::PairSetup> {
+    let t = loaded.spec.topology.as_ref()?;
+    let workload = loaded.server_workload.clone()?;
+    Some(crate::executor::qemu::PairSetup {
+        server_job: Point {
+            point: u32::MAX,
+            rep: 0,
+            params: BTreeMap::new(),
+            workload,
+            seed: crate::plan::point_seed(loaded.spec.experiment.seed, u64::MAX, 0),
+        },
+        server_addr: t.server_address.clone(),
+        client_addr: t.client_address.clone(),
+    })
+}
+
+pub(super) fn file_input(path: &Path) -> serde_json::Value {
+    let sha = std::fs::read(path)
+        .map(|b| hex::encode(Sha256::digest(&b)))
+        .unwrap_or_default();
+    serde_json::json!({ "path": path, "sha256": sha })
+}
