@@ -80,7 +80,7 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         let lines = crate::results::summary_table::record_workload(p)
             .map(|w| w.params().show_lines(&p.summary))
             .unwrap_or_default();
-        for line in lines.iter().chain(preproc_line(&p.summary).iter()) {
+        for line in &lines {
             s.push_str(&format!("      {line}\n"));
         }
         if let Some(e) = &p.error {
@@ -151,36 +151,6 @@ fn per_engine_numbers(p: &crate::results::manifest::PointRecord) -> Vec<String> 
         .collect()
 }
 
-/// An asam-preproc point in one line: each tool's sort + markdup seconds
-/// (what the figure sums) and ArrowSAM's checks against Picard and samtools.
-fn preproc_line(summary: &std::collections::BTreeMap<String, serde_json::Value>) -> Option<String> {
-    let num = |k: String| summary.get(&k).and_then(serde_json::Value::as_f64);
-    let tools: Vec<String> = ["picard", "sambamba", "samtools", "arrowsam"]
-        .iter()
-        .filter_map(|t| {
-            let total = num(format!("{t}.sort_seconds"))? + num(format!("{t}.markdup_seconds"))?;
-            Some(format!("{t} {total:.3} s"))
-        })
-        .collect();
-    if tools.is_empty() {
-        return None;
-    }
-    let mut line = format!("sort+markdup: {}", tools.join(", "));
-    if let Some(n) = num("arrowsam.dup_mismatches_vs_picard".into()) {
-        line.push_str(&format!(
-            "; arrowsam vs picard: {n:.0} duplicate flags differ"
-        ));
-    }
-    if let Some(same) = summary
-        .get("arrowsam.order_matches_samtools")
-        .and_then(serde_json::Value::as_bool)
-    {
-        let verdict = if same { "matches" } else { "DIFFERS from" };
-        line.push_str(&format!(", order {verdict} samtools"));
-    }
-    Some(line)
-}
-
 /// Every spec under `dir`, sorted.
 pub fn find_specs(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -230,27 +200,6 @@ pub fn list_specs(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn the_preproc_line_sums_sort_and_markdup_and_shows_the_checks() {
-        let summary: std::collections::BTreeMap<String, serde_json::Value> = [
-            ("picard.sort_seconds", json!(2.0)),
-            ("picard.markdup_seconds", json!(3.5)),
-            ("sambamba.sort_seconds", json!(0.5)),
-            ("arrowsam.sort_seconds", json!(0.04)),
-            ("arrowsam.markdup_seconds", json!(0.05)),
-            ("arrowsam.dup_mismatches_vs_picard", json!(0)),
-            ("arrowsam.order_matches_samtools", json!(false)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        assert_eq!(
-            preproc_line(&summary).unwrap(),
-            "sort+markdup: picard 5.500 s, arrowsam 0.090 s; arrowsam vs picard: 0 duplicate flags differ, order DIFFERS from samtools"
-        );
-    }
 
     /// A spec in the repository that does not validate would only fail when
     /// someone runs it; catch it here instead.

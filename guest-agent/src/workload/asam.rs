@@ -302,6 +302,36 @@ fn record(
     Ok(s)
 }
 
+/// An asam-preproc point in one line: each tool's sort + markdup seconds
+/// (what the figure sums) and ArrowSAM's checks against Picard and samtools.
+pub fn preproc_line(summary: &Summary) -> Option<String> {
+    let num = |k: String| summary.get(&k).and_then(serde_json::Value::as_f64);
+    let tools: Vec<String> = TOOLS
+        .iter()
+        .filter_map(|t| {
+            let total = num(format!("{t}.sort_seconds"))? + num(format!("{t}.markdup_seconds"))?;
+            Some(format!("{t} {total:.3} s"))
+        })
+        .collect();
+    if tools.is_empty() {
+        return None;
+    }
+    let mut line = format!("sort+markdup: {}", tools.join(", "));
+    if let Some(n) = num("arrowsam.dup_mismatches_vs_picard".into()) {
+        line.push_str(&format!(
+            "; arrowsam vs picard: {n:.0} duplicate flags differ"
+        ));
+    }
+    if let Some(same) = summary
+        .get("arrowsam.order_matches_samtools")
+        .and_then(serde_json::Value::as_bool)
+    {
+        let verdict = if same { "matches" } else { "DIFFERS from" };
+        line.push_str(&format!(", order {verdict} samtools"));
+    }
+    Some(line)
+}
+
 impl super::WorkloadParams for AsamPreprocParams {
     fn validate(
         &self,
@@ -328,6 +358,9 @@ impl super::WorkloadParams for AsamPreprocParams {
             M::summary("duplicates", "", &["tool"]),
             M::summary("records", "", &[]),
         ]
+    }
+    fn show_lines(&self, summary: &Summary) -> Vec<String> {
+        preproc_line(summary).into_iter().collect()
     }
     fn summary_scopes(&self) -> Option<(&'static str, Vec<String>)> {
         Some(("tool", self.tools.clone()))
@@ -484,6 +517,26 @@ mod tests {
             chunks
                 .iter()
                 .all(|c| c.metric == "stage_seconds" && c.unit == "s")
+        );
+    }
+
+    #[test]
+    fn the_preproc_line_sums_sort_and_markdup_and_shows_the_checks() {
+        let summary: Summary = [
+            ("picard.sort_seconds", serde_json::json!(2.0)),
+            ("picard.markdup_seconds", serde_json::json!(3.5)),
+            ("sambamba.sort_seconds", serde_json::json!(0.5)),
+            ("arrowsam.sort_seconds", serde_json::json!(0.04)),
+            ("arrowsam.markdup_seconds", serde_json::json!(0.05)),
+            ("arrowsam.dup_mismatches_vs_picard", serde_json::json!(0)),
+            ("arrowsam.order_matches_samtools", serde_json::json!(false)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            preproc_line(&summary).unwrap(),
+            "sort+markdup: picard 5.500 s, arrowsam 0.090 s; arrowsam vs picard: 0 duplicate flags differ, order DIFFERS from samtools"
         );
     }
 }
