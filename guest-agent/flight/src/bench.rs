@@ -64,23 +64,20 @@ impl Default for BenchConfig {
 /// `bench --json` prints one per line (the line type is shared with the agent).
 pub type StreamResult = testbed_lines::flight::StreamResult<Op>;
 
+/// A bulk run: its totals (the `bench --json` summary line, whose fields
+/// read through as `r.mb_per_s` …) and every stream's result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchResult {
-    pub op: Op,
-    pub streams: u32,
-    pub threads: u32,
-    pub records_per_stream: u64,
-    pub records_per_batch: u32,
-    pub compression: Compression,
-    pub tls: bool,
-    pub transport: String,
-    /// First request to last stream done.
-    pub wall_seconds: f64,
-    pub bytes: u64,
-    pub records: u64,
-    pub mb_per_s: f64,
-    pub settings: TransportSettings,
+    #[serde(flatten)]
+    pub summary: crate::lines::BenchSummary,
     pub per_stream: Vec<StreamResult>,
+}
+
+impl std::ops::Deref for BenchResult {
+    type Target = crate::lines::BenchSummary;
+    fn deref(&self) -> &Self::Target {
+        &self.summary
+    }
 }
 
 fn rpc_err(call: &'static str, addr: &Addr, s: tonic::Status) -> FlightError {
@@ -220,22 +217,24 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
     let bytes: u64 = per_stream.iter().map(|r| r.bytes).sum();
     let records = per_stream.iter().map(|r| r.records).sum();
     Ok(BenchResult {
-        op: cfg.op,
-        streams: cfg.streams,
-        threads,
-        records_per_stream: cfg.records_per_stream,
-        records_per_batch: cfg.records_per_batch,
-        compression: cfg.compression,
-        tls: cfg.tls_ca.is_some(),
-        transport: match addr {
-            Addr::Tcp(_) => "tcp".into(),
-            Addr::Unix(_) => "unix".into(),
+        summary: crate::lines::BenchSummary {
+            op: cfg.op,
+            streams: cfg.streams,
+            threads,
+            records_per_stream: cfg.records_per_stream,
+            records_per_batch: cfg.records_per_batch,
+            compression: cfg.compression,
+            tls: cfg.tls_ca.is_some(),
+            transport: match addr {
+                Addr::Tcp(_) => "tcp".into(),
+                Addr::Unix(_) => "unix".into(),
+            },
+            wall_seconds: wall,
+            bytes,
+            records,
+            mb_per_s: bytes as f64 / MB / wall.max(1e-9),
+            settings: cfg.settings.clone(),
         },
-        wall_seconds: wall,
-        bytes,
-        records,
-        mb_per_s: bytes as f64 / MB / wall.max(1e-9),
-        settings: cfg.settings.clone(),
         per_stream,
     })
 }

@@ -34,21 +34,7 @@ pub fn bench_lines(r: &BenchResult) -> Vec<BenchLine> {
 
 /// `r` without its per-stream results (those are lines of their own).
 pub fn bench_summary(r: &BenchResult) -> BenchSummary {
-    BenchSummary {
-        op: r.op,
-        streams: r.streams,
-        threads: r.threads,
-        records_per_stream: r.records_per_stream,
-        records_per_batch: r.records_per_batch,
-        compression: r.compression,
-        tls: r.tls,
-        transport: r.transport.clone(),
-        wall_seconds: r.wall_seconds,
-        bytes: r.bytes,
-        records: r.records,
-        mb_per_s: r.mb_per_s,
-        settings: r.settings.clone(),
-    }
+    r.summary.clone()
 }
 
 #[cfg(test)]
@@ -74,19 +60,21 @@ mod tests {
 
     fn result() -> BenchResult {
         BenchResult {
-            op: Op::Get,
-            streams: 2,
-            threads: 2,
-            records_per_stream: 10,
-            records_per_batch: 5,
-            compression: Compression::Lz4,
-            tls: true,
-            transport: "unix".into(),
-            wall_seconds: 0.75,
-            bytes: 640,
-            records: 20,
-            mb_per_s: 0.5,
-            settings: TransportSettings::default(),
+            summary: BenchSummary {
+                op: Op::Get,
+                streams: 2,
+                threads: 2,
+                records_per_stream: 10,
+                records_per_batch: 5,
+                compression: Compression::Lz4,
+                tls: true,
+                transport: "unix".into(),
+                wall_seconds: 0.75,
+                bytes: 640,
+                records: 20,
+                mb_per_s: 0.5,
+                settings: TransportSettings::default(),
+            },
             per_stream: vec![stream(0, vec![7, 9], Some(3)), stream(1, Vec::new(), None)],
         }
     }

@@ -51,7 +51,7 @@ pub fn point_batch(
             b.push(run_id, point, boot, c, c.first_seq + i as u64, *v);
         }
     }
-    let mut fields = Builders::fields();
+    let mut fields = fixed_fields();
     let mut columns = b.finish();
     let params = columns::point_params(&point.workload.resolved(), &point.params);
     for (name, value) in &params {
@@ -112,19 +112,24 @@ impl Builders {
         self.thread.append_value(c.thread);
         self.seq.append_value(seq);
     }
-    fn fields() -> Vec<Field> {
-        vec![
-            Field::new("run_id", DataType::Utf8, false),
-            Field::new("point", DataType::UInt32, false),
-            Field::new("repetition", DataType::UInt32, false),
-            Field::new("boot", DataType::UInt32, false),
-            Field::new("metric", DataType::Utf8, false),
-            Field::new("value", DataType::Float64, false),
-            Field::new("unit", DataType::Utf8, false),
-            Field::new("thread", DataType::UInt32, false),
-            Field::new("seq", DataType::UInt64, false),
-        ]
-    }
+}
+
+/// The columns every samples.parquet starts with, in order.
+pub fn fixed_fields() -> Vec<Field> {
+    vec![
+        Field::new("run_id", DataType::Utf8, false),
+        Field::new("point", DataType::UInt32, false),
+        Field::new("repetition", DataType::UInt32, false),
+        Field::new("boot", DataType::UInt32, false),
+        Field::new("metric", DataType::Utf8, false),
+        Field::new("value", DataType::Float64, false),
+        Field::new("unit", DataType::Utf8, false),
+        Field::new("thread", DataType::UInt32, false),
+        Field::new("seq", DataType::UInt64, false),
+    ]
+}
+
+impl Builders {
     fn finish(mut self) -> Vec<ArrayRef> {
         vec![
             Arc::new(self.run_id.finish()),

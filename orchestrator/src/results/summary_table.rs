@@ -116,7 +116,7 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
             unit.append_option(r.unit.as_deref());
         }
     }
-    let mut fields = vec![
+    let fields = vec![
         Field::new("run_id", DataType::Utf8, false),
         Field::new("point", DataType::UInt32, false),
         Field::new("repetition", DataType::UInt32, false),
@@ -126,7 +126,7 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Field::new("text", DataType::Utf8, true),
         Field::new("unit", DataType::Utf8, true),
     ];
-    let mut cols: Vec<ArrayRef> = vec![
+    let cols: Vec<ArrayRef> = vec![
         Arc::new(run.finish()),
         Arc::new(point.finish()),
         Arc::new(repetition.finish()),
@@ -182,8 +182,6 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         }
         pieces.push(RecordBatch::try_new(Arc::new(Schema::new(f)), c)?);
     }
-    fields.clear();
-    cols.clear();
     let unified = super::samples::unify(&pieces)?;
     match unified.first() {
         Some(first) => Ok(arrow::compute::concat_batches(&first.schema(), &unified)?),

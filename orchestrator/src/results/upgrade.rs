@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::kernels::cmp::eq;
 use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Schema};
 
 use super::columns;
 use super::manifest::{self, PointRecord};
@@ -191,17 +191,8 @@ fn convert(
     let boots: UInt32Array = (0..rows)
         .map(|i| records.get(point_ids.value(i)).map_or(0, |r| r.boot))
         .collect();
-    let mut fields = vec![
-        Field::new("run_id", DataType::Utf8, false),
-        Field::new("point", DataType::UInt32, false),
-        Field::new("repetition", DataType::UInt32, false),
-        Field::new("boot", DataType::UInt32, false),
-        Field::new("metric", DataType::Utf8, false),
-        Field::new("value", DataType::Float64, false),
-        Field::new("unit", DataType::Utf8, false),
-        Field::new("thread", DataType::UInt32, false),
-        Field::new("seq", DataType::UInt64, false),
-    ];
+    // The columns in samples.parquet's order.
+    let mut fields = samples::fixed_fields();
     let mut cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![run_id; rows])),
         get("point")?,
