@@ -7,4 +7,5 @@
 pub mod agent;
 pub mod bpf;
 pub mod protocol;
+pub mod text;
 pub mod workload;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use testbed_agent::protocol::DeviceRef;
 
+use crate::hostinfo::human_bytes;
 use crate::qemu::argv::{Backing, QemuDevice};
 use crate::spec::{Backend, DeviceKind, DeviceSpec, HostCache};
 
@@ -15,6 +16,17 @@ use crate::spec::{Backend, DeviceKind, DeviceSpec, HostCache};
 pub enum DeviceError {
     #[error("device {name:?}: {reason}")]
     Refused { name: String, reason: String },
+    #[error(
+        "backing files in {} may grow to {} (their declared sizes), but its filesystem has only {} free; \
+         free space, shrink devices[].size or use backend = \"null\"",
+        dir.display(), human_bytes(*need), human_bytes(*free)
+    )]
+    NoSpace { dir: PathBuf, need: u64, free: u64 },
+    #[error("cannot check the free space for backing files in {}: {source}", dir.display())]
+    Statvfs {
+        dir: PathBuf,
+        source: nix::errno::Errno,
+    },
     #[error("device {name:?}: backing file {path}: {source}")]
     Backing {
         name: String,
@@ -53,11 +65,70 @@ pub fn prepare(
     sys: &Path,
     mounts: &str,
 ) -> Result<Vec<PreparedDevice>, DeviceError> {
+    check_space(backing_growth(specs, dir), dir, free_bytes(dir)?)?;
     let mut out = Vec::new();
     for d in specs {
         out.push(prepare_one(d, dir, sys, mounts)?);
     }
     Ok(out)
+}
+
+/// The backing file of namespace `ns` (1-based) of device `name`.
+fn backing_path(dir: &Path, name: &str, ns: u32) -> PathBuf {
+    if ns == 1 {
+        dir.join(format!("{name}.img"))
+    } else {
+        dir.join(format!("{name}.ns{ns}.img"))
+    }
+}
+
+/// How many bytes the backing files of `specs` may still take on disk:
+/// each sparse file may fill up to its declared size, less what a file
+/// kept on resume (same size) already holds.
+pub fn backing_growth(specs: &[DeviceSpec], dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    for d in specs {
+        if d.kind == DeviceKind::Vfio || d.backend != Backend::File {
+            continue;
+        }
+        let size = d.size.map_or(0, |s| s.bytes());
+        for ns in 1..=d.namespaces.unwrap_or(1) {
+            let held = std::fs::metadata(backing_path(dir, &d.name, ns))
+                .ok()
+                .filter(|m| m.len() == size)
+                .map_or(0, |m| m.blocks().saturating_mul(512));
+            total = total.saturating_add(size.saturating_sub(held));
+        }
+    }
+    total
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `dir`
+/// (or of its nearest existing ancestor, before the run creates it).
+pub fn free_bytes(dir: &Path) -> Result<u64, DeviceError> {
+    let existing = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new(if dir.is_absolute() { "/" } else { "." }));
+    let st = nix::sys::statvfs::statvfs(existing).map_err(|source| DeviceError::Statvfs {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    Ok(st.blocks_available().saturating_mul(st.fragment_size()))
+}
+
+/// Refuses backing files that may grow beyond the free space: a guest that
+/// fills them would fill the host's disk, and the run's own results with it.
+pub fn check_space(need: u64, dir: &Path, free: u64) -> Result<(), DeviceError> {
+    if need <= free {
+        return Ok(());
+    }
+    Err(DeviceError::NoSpace {
+        dir: dir.to_path_buf(),
+        need,
+        free,
+    })
 }
 
 fn prepare_one(
@@ -90,11 +161,7 @@ fn prepare_one(
                 latency_ns: d.latency_ns.unwrap_or(0),
             }),
             Backend::File => {
-                let file = if ns == 1 {
-                    dir.join(format!("{}.img", d.name))
-                } else {
-                    dir.join(format!("{}.ns{ns}.img", d.name))
-                };
+                let file = backing_path(dir, &d.name, ns);
                 create_sparse(&file, size).map_err(|source| DeviceError::Backing {
                     name: d.name.clone(),
                     path: file.clone(),
@@ -343,6 +410,112 @@ mod tests {
             .to_string();
         assert!(e.contains("not a full PCI address"), "{e}");
         check_passthrough("d", "0000:03:00.0", sys, mounts).unwrap();
+    }
+
+    fn file_device(name: &str, size: u64, namespaces: Option<u32>) -> DeviceSpec {
+        DeviceSpec {
+            name: name.into(),
+            kind: DeviceKind::Nvme,
+            backend: Backend::File,
+            size: Some(Size(size)),
+            logical_block_size: 512,
+            namespaces,
+            queues: None,
+            latency_ns: None,
+            host_cache: HostCache::None,
+            pci: None,
+        }
+    }
+
+    #[test]
+    fn backing_files_may_grow_to_their_declared_sizes() {
+        let t = tempfile::tempdir().unwrap();
+        let mut null = file_device("zero", 1 << 40, None);
+        null.backend = Backend::Null;
+        let specs = [
+            file_device("a", 64 << 20, Some(2)),
+            file_device("b", 1 << 30, None),
+            null,
+        ];
+        // Two namespaces of 64M and 1G; the null device takes no disk.
+        assert_eq!(backing_growth(&specs, t.path()), (128 << 20) + (1 << 30));
+        // A kept file (resume) counts only for what it may still grow.
+        let kept = t.path().join("b.img");
+        let f = std::fs::File::create(&kept).unwrap();
+        f.set_len(1 << 30).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&vec![7u8; 1 << 20], 0).unwrap();
+        f.sync_all().unwrap();
+        let growth = backing_growth(&specs, t.path());
+        assert!(growth <= (128 << 20) + (1 << 30) - (1 << 20), "{growth}");
+    }
+
+    #[test]
+    fn the_space_check_says_how_much_the_files_may_grow_and_how_much_is_free() {
+        let dir = Path::new("/r/devices");
+        check_space(1 << 30, dir, 1 << 30).unwrap();
+        let e = check_space((1 << 30) + 1, dir, 512 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/r/devices"), "{e}");
+        assert!(e.contains("may grow to 1.0G"), "{e}");
+        assert!(e.contains("only 512.0M free"), "{e}");
+        // The run directory does not exist yet: its nearest ancestor counts.
+        let t = tempfile::tempdir().unwrap();
+        assert!(free_bytes(&t.path().join("run/devices")).unwrap() > 0);
+    }
+
+    #[test]
+    fn prepare_refuses_backing_files_larger_than_the_free_space() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("devices");
+        let free = free_bytes(&dir).unwrap();
+        // Twice what the filesystem has (others may free some meanwhile).
+        let size = (free / 512 * 2 + 1) * 512;
+        let e = prepare(
+            &[file_device("huge", size, None)],
+            &dir,
+            Path::new("/sys"),
+            "",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("may grow to"), "{e}");
+        assert!(!dir.join("huge.img").exists(), "no file created: {e}");
+    }
+
+    /// A real small filesystem: 16M of tmpfs.
+    #[test]
+    #[ignore = "needs root: mounts a tmpfs"]
+    fn prepare_on_a_small_tmpfs_refuses_what_does_not_fit() {
+        use nix::mount::{MntFlags, MsFlags, mount, umount2};
+        let t = tempfile::tempdir().unwrap();
+        mount(
+            Some("tmpfs"),
+            t.path(),
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("size=16m"),
+        )
+        .unwrap();
+        let dir = t.path().join("devices");
+        let big = prepare(
+            &[file_device("big", 64 << 20, None)],
+            &dir,
+            Path::new("/sys"),
+            "",
+        );
+        let small = prepare(
+            &[file_device("small", 8 << 20, None)],
+            &dir,
+            Path::new("/sys"),
+            "",
+        );
+        umount2(t.path(), MntFlags::MNT_DETACH).unwrap();
+        let e = big.unwrap_err().to_string();
+        assert!(e.contains("may grow to 64.0M"), "{e}");
+        assert!(e.contains("only 16.0M free"), "{e}");
+        small.unwrap();
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum EbpfError {
     },
     #[error("building the BPF programs failed ({command}):\n{output}")]
     Build { command: String, output: String },
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> EbpfError + '_ {
@@ -68,11 +70,19 @@ pub fn build_for(
 }
 
 /// `make -C src_dir OUT=out VMLINUX_H=vmlinux_h`; returns the objects.
+/// One process builds into `out` at a time; another waits (saying so once)
+/// and then finds the objects up to date, so make does nothing.
 pub fn build(
     src_dir: &Path,
     vmlinux_h: &Path,
     out: &Path,
 ) -> Result<Vec<(String, PathBuf)>, EbpfError> {
+    let lock_path = out.with_extension("lock");
+    let _lock = crate::lock::lock_or_wait(
+        &lock_path,
+        crate::lock::Mode::Exclusive,
+        &format!("the BPF objects in {}", out.display()),
+    )?;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let mut cmd = Command::new("make");
     cmd.arg("-C")
@@ -151,6 +161,56 @@ mod tests {
         let k = kernel_in(t.path(), Some("struct task_struct { int pid; };\n"));
         let e = build_for(&k, &src, t.path()).unwrap_err();
         assert!(e.to_string().contains("lacks the storage hooks"), "{e}");
+    }
+
+    #[test]
+    fn a_second_process_waits_for_the_objects_and_make_has_nothing_to_do() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        // Counts its builds; the object is up to date once made.
+        std::fs::write(
+            src.join("Makefile"),
+            "$(OUT)/x.bpf.o: x.bpf.c\n\techo built >> $(OUT)/builds\n\tcp x.bpf.c $@\n",
+        )
+        .unwrap();
+        std::fs::write(src.join("x.bpf.c"), "int x;\n").unwrap();
+        let h = t.path().join("vmlinux.h");
+        std::fs::write(&h, "").unwrap();
+        let out = t.path().join("bpf/key");
+        let holder = crate::lock::test_support::Holder::exclusive(&t.path().join("bpf/key.lock"));
+        let (tx, rx) = mpsc::channel();
+        let (s2, h2, o2) = (src.clone(), h.clone(), out.clone());
+        let worker = std::thread::spawn(move || {
+            let r = build(&s2, &h2, &o2);
+            tx.send(()).unwrap();
+            r
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "waits for the other process"
+        );
+        // The other process builds, then lets go.
+        std::fs::create_dir_all(&out).unwrap();
+        let ok = Command::new("make")
+            .arg("-C")
+            .arg(&src)
+            .arg(format!("OUT={}", out.display()))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        holder.release();
+        let objects = worker.join().unwrap().unwrap();
+        assert_eq!(objects.len(), 1);
+        assert_eq!(
+            std::fs::read_to_string(out.join("builds")).unwrap(),
+            "built\n",
+            "built once"
+        );
     }
 
     #[test]

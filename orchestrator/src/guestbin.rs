@@ -184,22 +184,32 @@ fn is_per_crate_cargo_var(name: &str) -> bool {
     EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// An ELF with no PT_INTERP needs no dynamic loader.
+/// An ELF with no PT_INTERP and no DT_NEEDED needs no dynamic loader and
+/// no libraries; read from its headers, never by running it (as ldd may).
 pub fn is_static(path: &Path) -> bool {
-    let Ok(out) = Command::new("ldd").arg(path).output() else {
-        return false;
-    };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text.contains("not a dynamic executable") || text.contains("statically linked")
+    crate::image::libs::elf_deps(path).is_ok_and(|d| d.is_static())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_static_reads_the_headers_and_runs_nothing() {
+        assert!(!is_static(Path::new("/bin/ls")), "/bin/ls is dynamic");
+        if let Some(busybox) = crate::paths::busybox() {
+            assert!(is_static(&busybox), "{}", busybox.display());
+        }
+        // A script that would leave a mark if anything ran it.
+        let t = tempfile::tempdir().unwrap();
+        let marker = t.path().join("ran");
+        let script = t.path().join("agent");
+        std::fs::write(&script, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!is_static(&script), "not an ELF file");
+        assert!(!marker.exists(), "the file was executed");
+    }
 
     #[test]
     fn only_per_crate_cargo_variables_are_dropped() {

@@ -290,7 +290,10 @@ mod tests {
         "timeout",
         "/bin/ip",
         "/nonexistent/prog",
+        "/nonexistent/tool",
         "bpftool-not-here",
+        // The Rust toolchain comes from rust-toolchain.toml, not apt.
+        "rustc",
     ];
 
     fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -15,6 +15,7 @@ pub mod hostinfo;
 pub mod hosttools;
 pub mod image;
 pub mod kernel;
+pub mod lock;
 pub mod paths;
 pub mod phases;
 pub mod plan;

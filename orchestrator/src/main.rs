@@ -44,6 +44,11 @@ enum Command {
         /// Continue an interrupted run, skipping finished points.
         #[arg(long)]
         resume: bool,
+        /// With --resume: continue even though the testbed version, the
+        /// agent or the kernel differ from the earlier attempt's (recorded
+        /// in the manifest).
+        #[arg(long, requires = "resume")]
+        force: bool,
         /// Stop at the first failed point.
         #[arg(long)]
         fail_fast: bool,
@@ -164,6 +169,12 @@ fn install_interrupt_handler() {
 }
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
+    if matches!(cli.command, Command::Run { .. } | Command::Reproduce { .. }) {
+        // What a killed testbed left running goes before anything new starts.
+        for line in testbed::qemu::process::sweep_leftovers() {
+            eprintln!("[testbed] {line}");
+        }
+    }
     match cli.command {
         Command::Doctor { need, .. } if !need.is_empty() => preflight(&need),
         Command::Doctor { no_probe, .. } => {
@@ -181,12 +192,14 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             accel,
             out,
             resume,
+            force,
             fail_fast,
         } => {
             let opts = run::RunOptions {
                 accel,
                 out,
                 resume,
+                force,
                 fail_fast,
                 results_root: None,
             };

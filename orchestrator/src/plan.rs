@@ -1,13 +1,46 @@
 //! A spec expanded into points: the cartesian product of the sweep axes,
 //! times repetitions, each with its concrete workload and seed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use testbed_agent::protocol::DeviceRef;
-use testbed_agent::workload::Workload;
+use testbed_agent::workload::{ParamError, Workload};
 
-use crate::spec::{DeviceKind, LoadedSpec, SpecError};
+use crate::spec::{DeviceKind, ExecutorKind, LoadedSpec, PathSeg, SpecError, TopologyKind};
+use crate::units::Size;
+
+/// Most threads (or jobs, or streams) one workload may start in the guest:
+/// each is a thread or process with its own stack, and a typo such as
+/// `threads = 1000000` would otherwise bring the guest down mid-run.
+pub const MAX_THREADS: u64 = 1024;
+
+/// Workload fields that count threads or processes the guest starts.
+const THREAD_FIELDS: [&str; 3] = ["threads", "numjobs", "streams"];
+
+/// Most points one spec may expand to (sweep combinations × repetitions):
+/// the plan is held in memory and every point is a guest run.
+pub const MAX_POINTS: u64 = 100_000;
+
+/// What the host offers, against which a plan is checked before boot.
+#[derive(Debug, Clone)]
+pub struct HostLimits {
+    /// MemTotal of /proc/meminfo; `None` when it cannot be read (no check).
+    pub mem_total: Option<u64>,
+    /// Where the figure definitions live (`experiments/figures`).
+    pub figures_dir: PathBuf,
+}
+
+impl HostLimits {
+    /// This host and this source tree.
+    pub fn current() -> Self {
+        HostLimits {
+            mem_total: crate::hostinfo::mem_total_bytes(),
+            figures_dir: crate::figures::def::default_dir(),
+        }
+    }
+}
 
 /// One measurement unit: a sweep point at one repetition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,9 +81,30 @@ pub struct Plan {
     pub devices: BTreeMap<String, DeviceRef>,
 }
 
-/// Expands and validates every point; nothing boots unless all are valid.
+/// Expands and validates every point against this host; nothing boots
+/// unless all are valid.
 pub fn plan(loaded: &LoadedSpec) -> Result<Plan, SpecError> {
+    plan_on(loaded, &HostLimits::current())
+}
+
+/// [`plan`] against the given host limits.
+pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError> {
     let spec = &loaded.spec;
+    check_memory(loaded, host.mem_total)?;
+    check_figures(loaded, &host.figures_dir)?;
+    check_point_count(loaded)?;
+    if let Some(server) = &loaded.server_workload {
+        check_thread_counts(server).map_err(|pe| {
+            loaded.error_at_path(
+                &[
+                    PathSeg::Key("topology"),
+                    PathSeg::Key("server"),
+                    PathSeg::Key(&pe.field),
+                ],
+                pe.reason,
+            )
+        })?;
+    }
     let devices = device_refs(loaded);
     let axes: Vec<(&String, &Vec<toml::Value>)> = spec.sweep.iter().collect();
     // Type-check each axis value alone first, so an error names its axis.
@@ -89,19 +143,21 @@ pub fn plan(loaded: &LoadedSpec) -> Result<Plan, SpecError> {
             Some(peer) => substitute_peer(&workload, peer),
             None => workload.clone(),
         };
-        to_check.validate(&devices).map_err(|pe| {
-            let in_sweep = spec.sweep.contains_key(&pe.field);
-            let mut e = if in_sweep {
-                loaded.error_at("sweep", Some(&pe.field), pe.reason.clone())
-            } else {
-                loaded.error_at("workload", Some(&pe.field), pe.reason.clone())
-            };
-            e.field = Some(format!("workload.{}", pe.field));
-            if !params.is_empty() {
-                e.message = format!("at sweep point {}: {}", describe(&params), e.message);
-            }
-            e
-        })?;
+        check_thread_counts(&to_check)
+            .and_then(|()| to_check.validate(&devices))
+            .map_err(|pe| {
+                let in_sweep = spec.sweep.contains_key(&pe.field);
+                let mut e = if in_sweep {
+                    loaded.error_at("sweep", Some(&pe.field), pe.reason.clone())
+                } else {
+                    loaded.error_at("workload", Some(&pe.field), pe.reason.clone())
+                };
+                e.field = Some(format!("workload.{}", pe.field));
+                if !params.is_empty() {
+                    e.message = format!("at sweep point {}: {}", describe(&params), e.message);
+                }
+                e
+            })?;
         for rep in 0..spec.experiment.repetitions {
             points.push(Point {
                 point: index as u32,
@@ -115,6 +171,156 @@ pub fn plan(loaded: &LoadedSpec) -> Result<Plan, SpecError> {
     // Repetitions outermost, so an interrupted run has whole sweeps done.
     points.sort_by_key(|p| (p.rep, p.point));
     Ok(Plan { points, devices })
+}
+
+/// Refuses a workload whose thread, job or stream count exceeds
+/// [`MAX_THREADS`]; one check for every workload kind, on its resolved
+/// fields.
+pub fn check_thread_counts(workload: &Workload) -> Result<(), ParamError> {
+    fn walk(v: &serde_json::Value, path: &str) -> Result<(), ParamError> {
+        let serde_json::Value::Object(map) = v else {
+            return Ok(());
+        };
+        for (key, value) in map {
+            let field = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            if THREAD_FIELDS.contains(&key.as_str())
+                && let Some(n) = value.as_u64()
+                && n > MAX_THREADS
+            {
+                return Err(ParamError::new(
+                    field,
+                    format!(
+                        "{n} is too many: at most {MAX_THREADS} (each is a thread or process in the guest)"
+                    ),
+                ));
+            }
+            walk(value, &field)?;
+        }
+        Ok(())
+    }
+    walk(&workload.resolved(), "")
+}
+
+/// Refuses a spec whose VMs together need more memory than the host has:
+/// QEMU would fail to allocate it and the guest never start.
+pub fn check_memory(loaded: &LoadedSpec, mem_total: Option<u64>) -> Result<(), SpecError> {
+    let spec = &loaded.spec;
+    let Some(host) = mem_total else {
+        return Ok(());
+    };
+    if spec.experiment.executor != ExecutorKind::Qemu {
+        return Ok(());
+    }
+    let vms: u64 = match spec.topology.as_ref().map(|t| t.kind) {
+        Some(TopologyKind::Pair) => 2,
+        None => 1,
+    };
+    let each = spec.vm.memory.bytes();
+    let total = each.saturating_mul(vms);
+    if total <= host {
+        return Ok(());
+    }
+    let need = if vms > 1 {
+        format!(
+            "{vms} VMs of the pair topology need {vms} × {} = {}",
+            spec.vm.memory,
+            Size(total)
+        )
+    } else {
+        format!("the VM needs {}", spec.vm.memory)
+    };
+    Err(loaded.error_at(
+        "vm",
+        Some("memory"),
+        format!(
+            "{need}, more than this host's {} (MemTotal in /proc/meminfo)",
+            crate::hostinfo::human_bytes(host)
+        ),
+    ))
+}
+
+/// The figure ids defined in `dir`: one `<id>.toml` each.
+pub fn known_figures(dir: &Path) -> std::io::Result<BTreeSet<String>> {
+    let mut ids = BTreeSet::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|x| x == "toml")
+            && let Some(stem) = path.file_stem()
+        {
+            ids.insert(stem.to_string_lossy().into_owned());
+        }
+    }
+    Ok(ids)
+}
+
+/// Refuses a `figures` entry naming no definition in `dir`: the run would
+/// go ahead and its figure never appear.
+pub fn check_figures(loaded: &LoadedSpec, dir: &Path) -> Result<(), SpecError> {
+    let wanted = &loaded.spec.experiment.figures;
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let known = known_figures(dir);
+    for (i, id) in wanted.iter().enumerate() {
+        if known.as_ref().is_ok_and(|k| k.contains(id)) {
+            continue;
+        }
+        let message = match &known {
+            Ok(k) => format!(
+                "no figure {id:?} in {}; known: {}",
+                dir.display(),
+                k.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            Err(e) => format!(
+                "no figure {id:?}: cannot read the definitions in {}: {e}",
+                dir.display()
+            ),
+        };
+        return Err(loaded.error_at_path(
+            &[
+                PathSeg::Key("experiment"),
+                PathSeg::Key("figures"),
+                PathSeg::Index(i),
+            ],
+            message,
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a spec that expands to more than [`MAX_POINTS`] points, before
+/// the expansion itself takes the memory.
+pub fn check_point_count(loaded: &LoadedSpec) -> Result<(), SpecError> {
+    let spec = &loaded.spec;
+    let reps = u64::from(spec.experiment.repetitions);
+    let combos = spec
+        .sweep
+        .values()
+        .try_fold(1u64, |n, v| n.checked_mul(v.len() as u64));
+    let total = combos.and_then(|c| c.checked_mul(reps));
+    if total.is_some_and(|t| t <= MAX_POINTS) {
+        return Ok(());
+    }
+    let shape: Vec<String> = spec
+        .sweep
+        .iter()
+        .map(|(k, v)| format!("{} {k}", v.len()))
+        .chain(std::iter::once(format!("{reps} repetitions")))
+        .collect();
+    let count = total.map_or("more than 2^64".to_string(), |t| t.to_string());
+    let message = format!(
+        "{count} points ({}): at most {MAX_POINTS}",
+        shape.join(" × ")
+    );
+    Err(if combos.is_some_and(|c| c <= MAX_POINTS) {
+        loaded.error_at("experiment", Some("repetitions"), message)
+    } else {
+        loaded.error_at("sweep", None, message)
+    })
 }
 
 /// The workload with "{peer}" replaced in every string parameter.
@@ -244,6 +450,150 @@ block_size = [512, 4096]
         assert_eq!(e.line, Some(16), "{e}");
         assert!(e.message.contains("threads=0"), "{e}");
         assert_eq!(e.field.as_deref(), Some("workload.threads"));
+    }
+
+    fn limits(mem_total: Option<u64>) -> HostLimits {
+        HostLimits {
+            mem_total,
+            figures_dir: crate::figures::def::default_dir(),
+        }
+    }
+
+    fn parse(src: &str) -> LoadedSpec {
+        crate::spec::parse(Path::new("t.toml"), src).unwrap()
+    }
+
+    #[test]
+    fn a_million_threads_are_refused_with_the_limit() {
+        let s = parse(&SPEC.replace("[1, 2, 4]", "[1, 1000000]"));
+        let e = plan_on(&s, &limits(None)).unwrap_err();
+        assert_eq!(e.line, Some(16), "{e}");
+        assert_eq!(e.field.as_deref(), Some("workload.threads"), "{e}");
+        assert!(e.message.contains("threads=1000000"), "{e}");
+        assert!(e.message.contains("at most 1024"), "{e}");
+        // Not swept: the error points at the workload's line.
+        let s = parse(
+            &SPEC
+                .replace("threads = [1, 2, 4]\n", "")
+                .replace("device = \"data\"", "device = \"data\"\nthreads = 2000"),
+        );
+        let e = plan_on(&s, &limits(None)).unwrap_err();
+        assert_eq!(e.line, Some(14), "{e}");
+        assert!(e.message.contains("2000 is too many: at most 1024"), "{e}");
+        // The limit itself is fine.
+        let s = parse(&SPEC.replace("[1, 2, 4]", "[1024]"));
+        plan_on(&s, &limits(None)).unwrap();
+    }
+
+    #[test]
+    fn fio_jobs_and_flight_streams_count_as_threads() {
+        let fio = r#"
+[experiment]
+name = "t"
+[[devices]]
+name = "data"
+kind = "nvme"
+size = "1M"
+[workload]
+kind = "fio"
+device = "data"
+numjobs = 5000
+"#;
+        let e = plan_on(&parse(fio), &limits(None)).unwrap_err();
+        assert!(e.message.contains("5000 is too many"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("workload.numjobs"), "{e}");
+        let bulk =
+            "[experiment]\nname = \"t\"\n[workload]\nkind = \"flight-bulk\"\nstreams = 4096\n";
+        let e = plan_on(&parse(bulk), &limits(None)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("workload.streams"), "{e}");
+    }
+
+    #[test]
+    fn vm_memory_beyond_the_host_is_refused_with_both_numbers() {
+        let host = 24 << 30;
+        let s = parse(&SPEC.replace("repetitions = 2", "repetitions = 2\n[vm]\nmemory = \"64T\""));
+        let e = plan_on(&s, &limits(Some(host))).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("vm.memory"), "{e}");
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("the VM needs 64T"), "{e}");
+        assert!(e.message.contains("this host's 24.0G"), "{e}");
+        // The host executor boots no VM.
+        let host_exec = s
+            .source
+            .replace("repetitions = 2", "repetitions = 2\nexecutor = \"host\"");
+        plan_on(&parse(&host_exec), &limits(Some(host))).unwrap();
+        // Unknown host memory: no check.
+        plan_on(&s, &limits(None)).unwrap();
+    }
+
+    #[test]
+    fn a_pair_topology_needs_memory_for_both_vms() {
+        let pair = r#"
+[experiment]
+name = "t"
+[vm]
+memory = "13G"
+[topology]
+kind = "pair"
+server = { kind = "flight-bulk", role = "server", address = "0.0.0.0:50051" }
+[workload]
+kind = "flight-bulk"
+role = "client"
+address = "{peer}:50051"
+"#;
+        let s = parse(pair);
+        let e = plan_on(&s, &limits(Some(24 << 30))).unwrap_err();
+        assert!(
+            e.message
+                .contains("2 VMs of the pair topology need 2 × 13G = 26G"),
+            "{e}"
+        );
+        assert!(e.message.contains("24.0G"), "{e}");
+        plan_on(&s, &limits(Some(26 << 30))).unwrap();
+    }
+
+    #[test]
+    fn an_unknown_figure_is_refused_with_the_known_names() {
+        let s = parse(&SPEC.replace(
+            "repetitions = 2",
+            "repetitions = 2\nfigures = [\"smoke-latency\", \"no-such-fig\"]",
+        ));
+        let e = plan_on(&s, &limits(None)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("experiment.figures[1]"), "{e}");
+        assert_eq!(e.line, Some(5), "{e}");
+        assert!(e.message.contains("no figure \"no-such-fig\""), "{e}");
+        assert!(e.message.contains("known: "), "{e}");
+        assert!(e.message.contains("smoke-latency"), "{e}");
+        let s = parse(&SPEC.replace(
+            "repetitions = 2",
+            "repetitions = 2\nfigures = [\"smoke-latency\"]",
+        ));
+        plan_on(&s, &limits(None)).unwrap();
+        // No definitions to check against: say where they were looked for.
+        let none = HostLimits {
+            mem_total: None,
+            figures_dir: "/nonexistent/figures".into(),
+        };
+        let e = plan_on(&s, &none).unwrap_err();
+        assert!(e.message.contains("/nonexistent/figures"), "{e}");
+    }
+
+    #[test]
+    fn a_sweep_too_large_to_expand_is_refused_before_expanding() {
+        let s = parse(&SPEC.replace("repetitions = 2", "repetitions = 4000000000"));
+        let e = plan_on(&s, &limits(None)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("experiment.repetitions"), "{e}");
+        assert!(e.message.contains("at most 100000"), "{e}");
+        let big: Vec<String> = (1..=400).map(|i| i.to_string()).collect();
+        let axes = format!("depth = [{0}]\nbatch = [{0}]", big.join(", "));
+        let s = parse(&format!("{SPEC}{axes}\n"));
+        let e = plan_on(&s, &limits(None)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("sweep"), "{e}");
+        assert!(
+            e.message
+                .contains("400 batch × 2 block_size × 400 depth × 3 threads × 2 repetitions"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -13,8 +13,10 @@ use crate::figures::def::{self, FigureDef};
 use crate::figures::error::{FigureError, file_err};
 use crate::figures::report::{self, RunLink, SpecOutcome};
 use crate::figures::{compute, write, write_claims, write_figures};
+use crate::lock::LockError;
 use crate::progress::{Event, Progress};
 use crate::results::manifest::{self, RunStatus};
+use crate::results::rundir::RunDir;
 use crate::run::{self, RunError, RunOptions};
 use crate::spec::AccelChoice;
 
@@ -147,6 +149,15 @@ fn ensure_run(
         return Err(FigureError::Other(why));
     }
     let previous = previous_run(&opts.results, experiment, spec);
+    // A run another process is running now is neither reused (it may not
+    // be finished) nor resumed (its points would collide), and a second run
+    // of the same spec next to it would double the load and skew both
+    // runs' timings: it is skipped, with a note saying by whom.
+    if let Some((dir, _)) = &previous
+        && let Err(LockError::Busy { pid, .. }) = (RunDir { root: dir.clone() }).lock()
+    {
+        return Err(FigureError::Other(in_use_note(dir, pid)));
+    }
     if let Some((dir, RunStatus::Complete)) = &previous {
         progress.event(Event::Stage(format!(
             "{}: complete run {} reused",
@@ -169,13 +180,51 @@ fn ensure_run(
         ro.out = Some(dir);
         ro.resume = true;
     }
-    match run::run(spec, &ro, progress) {
+    let result = resume_or_start_afresh(spec, ro, progress, &mut |ro, progress| {
+        run::run(spec, ro, progress)
+    });
+    match result {
         Ok(r) => Ok(r.dir),
         Err(RunError::Interrupted(d)) => Err(FigureError::Other(format!(
             "interrupted; finished points are kept in {d}: run `testbed reproduce` again to resume"
         ))),
+        // Taken between the check above and the run.
+        Err(RunError::InUse { dir, pid }) => Err(FigureError::Other(in_use_note(&dir, pid))),
         Err(e) => Err(FigureError::Other(e.to_string())),
     }
+}
+
+/// Runs with `ro`; if that resume is refused because the inputs changed
+/// since the earlier attempt, starts a new run of the spec instead: points
+/// measured with another agent, kernel or testbed are not mixed into one run.
+fn resume_or_start_afresh(
+    spec: &Path,
+    mut ro: RunOptions,
+    progress: &mut dyn Progress,
+    run: &mut dyn FnMut(&RunOptions, &mut dyn Progress) -> Result<run::RunResult, RunError>,
+) -> Result<run::RunResult, RunError> {
+    match run(&ro, progress) {
+        Err(RunError::InputsChanged { dir, differences }) if ro.resume => {
+            progress.event(Event::Stage(format!(
+                "{}: not resuming {} ({}): starting a new run",
+                spec.display(),
+                dir.display(),
+                differences.join("; ")
+            )));
+            ro.out = None;
+            ro.resume = false;
+            run(&ro, progress)
+        }
+        other => other,
+    }
+}
+
+fn in_use_note(dir: &Path, pid: Option<u32>) -> String {
+    format!(
+        "skipped: run {} is in use by {} (another testbed is running it now); run `testbed reproduce` again once it has finished",
+        dir.display(),
+        crate::lock::holder_text(pid)
+    )
 }
 
 /// `../<experiment>/<run-id>/` from results/reproduce/, else a file URL.
@@ -314,6 +363,88 @@ mod tests {
             previous_run(&results, "e", &spec).is_none(),
             "a changed spec starts afresh"
         );
+    }
+
+    /// A spec, and an earlier run of it under results/ (with a manifest of
+    /// `status`, or none).
+    fn earlier_run(t: &Path, status: Option<&str>) -> (Options, PathBuf, PathBuf) {
+        let text = "[experiment]\nname = \"e\"\nexecutor = \"host\"\n\n[workload]\nkind = \"fault\"\nmode = \"error\"\n";
+        let spec = t.join("e.toml");
+        std::fs::write(&spec, text).unwrap();
+        let dir = t.join("results/e/r1");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("spec.toml"), text).unwrap();
+        if let Some(status) = status {
+            let m = serde_json::json!({
+                "testbed_version": "0.1.0", "status": status, "experiment": "e",
+                "run_id": "r1", "figures": [], "spec_file": "e.toml", "spec_sha256": "",
+                "spec": {}, "executor": "host", "accel": null, "timing_note": "",
+                "qemu_argv": [], "guest": null, "boots": [], "boot_to_agent_ms": [],
+                "devices": [], "seed": 0, "points": [], "started_at": "",
+                "finished_at": null, "wall_s": null,
+            });
+            std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
+        }
+        let mut opts = Options::defaults(None, true);
+        opts.results = t.join("results");
+        (opts, spec, dir)
+    }
+
+    #[test]
+    fn a_run_another_process_is_running_is_skipped_with_a_note() {
+        for status in [Some("complete"), Some("interrupted"), None] {
+            let t = tempfile::tempdir().unwrap();
+            let (opts, spec, dir) = earlier_run(t.path(), status);
+            let holder = crate::lock::test_support::Holder::exclusive(&dir.join(".lock"));
+            let mut progress = crate::progress::Collect(Vec::new());
+            let e = ensure_run(&opts, &spec, "e", &mut progress)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "skipped: run {} is in use by pid {} (another testbed is running it now); run `testbed reproduce` again once it has finished",
+                    dir.display(),
+                    holder.pid()
+                ),
+                "{status:?}"
+            );
+            assert!(
+                progress.0.is_empty(),
+                "neither reused nor resumed: {:?}",
+                progress.0
+            );
+            // Once it is free, the complete run is reused as before.
+            holder.release();
+            if status == Some("complete") {
+                assert_eq!(ensure_run(&opts, &spec, "e", &mut progress).unwrap(), dir);
+            }
+        }
+    }
+
+    #[test]
+    fn a_resume_refused_for_changed_inputs_starts_a_new_run() {
+        let mut tried = Vec::new();
+        let ro = RunOptions {
+            out: Some("/r/e/old".into()),
+            resume: true,
+            ..RunOptions::default()
+        };
+        let mut progress = crate::progress::Collect(Vec::new());
+        let r = resume_or_start_afresh(Path::new("e.toml"), ro, &mut progress, &mut |ro, _| {
+            tried.push((ro.out.clone(), ro.resume));
+            if ro.resume {
+                Err(RunError::InputsChanged {
+                    dir: "/r/e/old".into(),
+                    differences: vec!["agent (sha256): earlier a, now b".into()],
+                })
+            } else {
+                Err(RunError::Setup("ran afresh".into()))
+            }
+        });
+        assert_eq!(r.unwrap_err().to_string(), "ran afresh");
+        assert_eq!(tried, [(Some("/r/e/old".into()), true), (None, false)]);
+        assert!(matches!(&progress.0[0], Event::Stage(s) if s.contains("starting a new run")));
     }
 
     #[test]

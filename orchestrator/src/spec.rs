@@ -410,6 +410,7 @@ pub fn parse(path: &Path, source: &str) -> Result<LoadedSpec, SpecError> {
         base_workload: Workload::Fault(testbed_agent::workload::fault::FaultParams {
             mode: testbed_agent::workload::fault::FaultMode::Error,
             after_s: 0.0,
+            size: 1000,
         }),
         server_workload: None,
     };
@@ -458,20 +459,8 @@ fn backticked(msg: &str) -> Option<String> {
 
 fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let spec = &loaded.spec;
-    if spec.experiment.name.trim().is_empty() {
-        return Err(loaded.error_at("experiment", Some("name"), "must not be empty"));
-    }
-    if !spec
-        .experiment
-        .name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-    {
-        return Err(loaded.error_at(
-            "experiment",
-            Some("name"),
-            "use only letters, digits, '-', '_' and '.' (it names the results directory)",
-        ));
+    if let Err(why) = check_experiment_name(&spec.experiment.name) {
+        return Err(loaded.error_at("experiment", Some("name"), why));
     }
     if spec.experiment.repetitions == 0 {
         return Err(loaded.error_at("experiment", Some("repetitions"), "must be at least 1"));
@@ -604,6 +593,44 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Longest experiment name: it is one path component of every run
+/// directory, well under any filesystem's limit.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The experiment name becomes `results/<name>/`, so it must be one plain
+/// path component that stays inside `results/`: no `/`, not `.` or `..`,
+/// not hidden, no control characters.
+pub fn check_experiment_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "is {} bytes long: at most {MAX_NAME_LEN} (it names the results directory)",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!(
+            "{name:?} would put the run directory outside results/: use a plain name"
+        ));
+    }
+    if name.starts_with('.') {
+        return Err(format!(
+            "{name:?} starts with '.': the results directory would be hidden"
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    {
+        return Err(format!(
+            "{name:?}: use only letters, digits, '-', '_' and '.' (it names the results directory)"
+        ));
+    }
+    Ok(())
+}
+
 fn toml_error(path: &Path, source: &str, e: &toml::de::Error) -> SpecError {
     let span = e.span();
     let (line, column) = match &span {
@@ -628,7 +655,8 @@ fn toml_error(path: &Path, source: &str, e: &toml::de::Error) -> SpecError {
 
 /// 1-based line and column of a byte offset.
 pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
-    let before = &source[..offset.min(source.len())];
+    // An offset inside a multi-byte character counts as that character.
+    let before = &source[..source.floor_char_boundary(offset)];
     let line = before.matches('\n').count() + 1;
     let col = before
         .rfind('\n')
@@ -893,6 +921,38 @@ threads = [1, 2]
         let e = s.error_at("topology.server", None, "m");
         assert_eq!(e.line, None, "{e}");
         assert_eq!(e.to_string(), "x.toml: topology.server: m");
+    }
+
+    #[test]
+    fn the_experiment_name_is_one_plain_path_component() {
+        for (name, fragment) in [
+            ("..", "outside results/"),
+            (".", "outside results/"),
+            (".hidden", "starts with '.'"),
+            ("a/b", "use only letters"),
+            ("a\\u0000b", "use only letters"),
+            ("tab\\tname", "use only letters"),
+            ("", "must not be empty"),
+        ] {
+            let e = err(&GOOD.replace("name = \"smoke\"", &format!("name = \"{name}\"")));
+            assert!(e.message.contains(fragment), "{name:?}: {e}");
+            assert_eq!(e.field.as_deref(), Some("experiment.name"), "{e}");
+            assert_eq!(e.line, Some(3), "{e}");
+        }
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        let e = err(&GOOD.replace("\"smoke\"", &format!("\"{long}\"")));
+        assert!(e.message.contains("at most 64"), "{e}");
+        for ok in ["smoke", "a.b", "x..y", "fig3-baseline_quick"] {
+            check_experiment_name(ok).unwrap();
+        }
+    }
+
+    #[test]
+    fn line_col_of_an_offset_inside_a_character_does_not_panic() {
+        let src = "a = \"é\"\nb";
+        // Byte 6 is the second byte of 'é'.
+        assert_eq!(line_col(src, 6), (1, 6));
+        assert_eq!(line_col(src, 999), (2, 2));
     }
 
     #[test]

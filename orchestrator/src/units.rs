@@ -121,7 +121,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs <= 0.0 {
         return Err(format!("invalid duration {text:?}: must be positive"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("invalid duration {text:?}: too long to represent"))
 }
 
 impl<'de> Deserialize<'de> for Span {

@@ -44,6 +44,7 @@ fn point(p: u32, params: &[(&str, i64)]) -> Point {
             testbed_agent::workload::fault::FaultParams {
                 mode: testbed_agent::workload::fault::FaultMode::Error,
                 after_s: 0.0,
+                size: 1000,
             },
         ),
         seed: 1,

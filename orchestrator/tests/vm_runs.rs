@@ -664,7 +664,8 @@ fn flight_between_two_vms_on_a_socket_link() {
     let client = argv_line(&boot["argv"]);
     let server = argv_line(&boot["server_argv"]);
     assert!(
-        server.contains("socket,listen=127.0.0.1:") && client.contains("socket,connect=127.0.0.1:"),
+        server.contains("stream,server=on,addr.type=unix,addr.path=/tmp/testbed-")
+            && client.contains("stream,server=off,addr.type=unix,addr.path=/tmp/testbed-"),
         "{server}\n{client}"
     );
     assert!(

@@ -26,7 +26,7 @@ pub struct BenchOptions {
     pub tools: Vec<String>,
     /// BAM files and temporary files of the other tools.
     pub workdir: PathBuf,
-    /// The ArrowSAM store (tmpfs).
+    /// Where the ArrowSAM store's private directory is made (tmpfs).
     pub store_dir: PathBuf,
     pub threads: usize,
 }
@@ -284,24 +284,21 @@ pub struct ArrowsamResult {
 /// holding only the new flags column); each stage reads the previous one's
 /// store by memory-mapping it.
 fn run_arrowsam(o: &BenchOptions) -> Result<(Vec<StageResult>, ArrowsamResult)> {
-    std::fs::create_dir_all(&o.store_dir).map_err(|e| AsamError::io(&o.store_dir, e))?;
-    let aligned = o.store_dir.join("aligned.arrow");
-    let sorted_path = o.store_dir.join("sorted.arrow");
-    let flags_path = o.store_dir.join("flags.arrow");
-    let header_path = o.store_dir.join("header.sam");
-    let (load_s, (records, names)) = timed(|| {
+    // Removed, with the files in it, when this returns.
+    let store = store::Store::create_in(&o.store_dir)?;
+    let (load_s, (aligned, header, records, names)) = timed(|| {
         let t = load_sam(&o.sam)?;
-        store::put(&aligned, &schema(), &t.batches)?;
-        store::put_text(&header_path, &t.header_text)?;
-        Ok((t.records() as u64, t.reference_names))
+        let aligned = store.put("aligned.arrow", &schema(), &t.batches)?;
+        let header = store.put_text("header.sam", &t.header_text)?;
+        Ok((aligned, header, t.records() as u64, t.reference_names))
     })?;
-    let (sort_s, _) = timed(|| {
+    let (sort_s, sorted_store) = timed(|| {
         let sorted = sort_batches(&store::get(&aligned)?, o.threads)?;
-        store::put(&sorted_path, &schema(), &sorted)
+        store.put("sorted.arrow", &schema(), &sorted)
     })?;
-    let (md_s, dups) = timed(|| {
-        let sorted = store::get(&sorted_path)?;
-        let marked = mark_duplicates(&sorted, &store::get_text(&header_path)?, o.threads)?;
+    let (md_s, (flags_store, dups)) = timed(|| {
+        let sorted = store::get(&sorted_store)?;
+        let marked = mark_duplicates(&sorted, &store::get_text(&header)?, o.threads)?;
         let flags_schema = std::sync::Arc::new(Schema::new(vec![Field::new(
             "flags",
             DataType::Int32,
@@ -318,12 +315,12 @@ fn run_arrowsam(o: &BenchOptions) -> Result<(Vec<StageResult>, ArrowsamResult)> 
                 .map_err(|e| AsamError::arrow("flags batch", e))
             })
             .collect::<Result<Vec<_>>>()?;
-        store::put(&flags_path, &flags_schema, &columns)?;
-        Ok(marked.duplicates as u64)
+        let flags = store.put("flags.arrow", &flags_schema, &columns)?;
+        Ok((flags, marked.duplicates as u64))
     })?;
     // The final table: the sorted records with the new flags column.
-    let sorted = store::get(&sorted_path)?;
-    let flags = store::get(&flags_path)?;
+    let sorted = store::get(&sorted_store)?;
+    let flags = store::get(&flags_store)?;
     let batches = sorted
         .iter()
         .zip(&flags)
@@ -336,10 +333,6 @@ fn run_arrowsam(o: &BenchOptions) -> Result<(Vec<StageResult>, ArrowsamResult)> 
             with_flags(b, col.clone())
         })
         .collect::<Result<Vec<_>>>()?;
-    for p in [&aligned, &sorted_path, &flags_path, &header_path] {
-        let _ = std::fs::remove_file(p);
-    }
-    let _ = std::fs::remove_dir(&o.store_dir);
     Ok((
         vec![
             stage("arrowsam", "load", load_s, records, None),

@@ -43,7 +43,8 @@ pub enum AsamCommand {
         tools: Vec<String>,
         #[arg(long)]
         workdir: PathBuf,
-        /// The ArrowSAM store; default a fresh directory in /dev/shm.
+        /// Where the ArrowSAM store's private directory (mode 0700) is
+        /// made; default /dev/shm.
         #[arg(long)]
         store_dir: Option<PathBuf>,
         #[arg(long, default_value_t = 2)]
@@ -87,9 +88,7 @@ pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
             threads,
             json: _,
         } => {
-            let store_dir = store_dir.unwrap_or_else(|| {
-                crate::store::default_dir().join(format!("testbed-asam-{}", std::process::id()))
-            });
+            let store_dir = store_dir.unwrap_or_else(crate::store::default_dir);
             let o = BenchOptions {
                 sam,
                 tools,
@@ -112,4 +111,45 @@ pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::{HEADER, pair};
+
+    #[test]
+    fn the_default_store_ignores_a_pre_created_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let sam = dir.path().join("in.sam");
+        let mut text = HEADER.to_string();
+        for (i, (p1, p2)) in [(100, 300), (100, 300), (500, 700)].into_iter().enumerate() {
+            for l in pair(&format!("r{i}"), p1, p2, 'I') {
+                text.push_str(&l);
+                text.push('\n');
+            }
+        }
+        std::fs::write(&sam, text).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "mine").unwrap();
+        // The store used to be /dev/shm/testbed-asam-<pid>: another user
+        // could create it first, with symlinks where the stores go.
+        let planted =
+            crate::store::default_dir().join(format!("testbed-asam-{}", std::process::id()));
+        std::fs::create_dir(&planted).unwrap();
+        for name in ["aligned.arrow", "sorted.arrow", "flags.arrow", "header.sam"] {
+            std::os::unix::fs::symlink(&victim, planted.join(name)).unwrap();
+        }
+        let r = run_command(AsamCommand::BenchPreproc {
+            sam,
+            tools: vec!["arrowsam".into()],
+            workdir: dir.path().join("work"),
+            store_dir: None,
+            threads: 1,
+            json: true,
+        });
+        let _ = std::fs::remove_dir_all(&planted);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+        r.unwrap();
+    }
 }

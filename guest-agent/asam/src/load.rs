@@ -205,9 +205,11 @@ mod tests {
         let text = handcrafted();
         let t = parse_sam(text.as_bytes(), Path::new("handcrafted.sam")).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.arrow");
-        crate::store::put(&path, &crate::schema::schema(), &t.batches).unwrap();
-        let back = crate::store::get(&path).unwrap();
+        let store = crate::store::Store::create_in(dir.path()).unwrap();
+        let stored = store
+            .put("t.arrow", &crate::schema::schema(), &t.batches)
+            .unwrap();
+        let back = crate::store::get(&stored).unwrap();
         assert_eq!(back, t.batches);
     }
 

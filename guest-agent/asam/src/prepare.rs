@@ -78,6 +78,22 @@ pub fn prepare(p: &DatasetParams, root: &Path, threads: usize) -> Result<Prepare
     let sam = dir.join("aligned.sam");
     let reference = dir.join("ref.fa");
     let info_path = dir.join("prepared.json");
+    // One process generates a data set; another that wants it at the same
+    // time waits here and then finds it cached.
+    std::fs::create_dir_all(root).map_err(|e| AsamError::io(root, e))?;
+    let lock_path = root.join(format!(
+        ".{}.lock",
+        dir.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    ));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| AsamError::io(&lock_path, e))?;
+    lock.lock().map_err(|e| AsamError::io(&lock_path, e))?;
     if sam.is_file() && info_path.is_file() {
         let text = std::fs::read_to_string(&info_path).map_err(|e| AsamError::io(&info_path, e))?;
         let v: serde_json::Value = serde_json::from_str(&text)

@@ -2,7 +2,15 @@
 //! batches in Plasma, which Arrow has since removed; its modern stand-in is
 //! an Arrow IPC file on tmpfs (`/dev/shm`) that the next stage memory-maps,
 //! so batches are read in place, without a copy or a decode of the values.
+//!
+//! The files live in a private directory (mkdtemp, mode 0700) and are
+//! created new (O_EXCL, no symlink followed, mode 0600); each is read back
+//! through the descriptor it was written with, never reopened by path, so
+//! nobody else can swap or change what a stage maps.
 
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -22,25 +30,91 @@ pub fn default_dir() -> PathBuf {
     PathBuf::from("/dev/shm")
 }
 
-/// Writes `batches` (all of `schema`) as one Arrow IPC file at `path`.
-pub fn put(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
-    let file = std::fs::File::create(path).map_err(|e| AsamError::io(path, e))?;
-    let ctx = |what: &str| format!("{what} {}", path.display());
-    let mut w = FileWriter::try_new(std::io::BufWriter::new(file), schema)
-        .map_err(|e| AsamError::arrow(ctx("open"), e))?;
-    for b in batches {
-        w.write(b).map_err(|e| AsamError::arrow(ctx("write"), e))?;
-    }
-    w.finish().map_err(|e| AsamError::arrow(ctx("finish"), e))
+/// The stores of one run: a fresh private directory under a parent
+/// (default [`default_dir`]), removed with everything in it on drop.
+pub struct Store {
+    dir: tempfile::TempDir,
 }
 
-/// Maps the IPC file at `path` and returns its batches, whose buffers point
+/// One stored file, kept open: [`get`] and [`get_text`] read it through
+/// this descriptor.
+pub struct Stored {
+    file: File,
+    path: PathBuf,
+}
+
+impl Stored {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Store {
+    /// `parent/testbed-asam-XXXXXX`, mode 0700 (the parent is created if
+    /// missing).
+    pub fn create_in(parent: &Path) -> Result<Store> {
+        std::fs::create_dir_all(parent).map_err(|e| AsamError::io(parent, e))?;
+        // tempfile leaves the mode to the umask (often 0755).
+        let dir = tempfile::Builder::new()
+            .prefix("testbed-asam-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(parent)
+            .map_err(|e| AsamError::io(parent, e))?;
+        Ok(Store { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A new file `name` in the store, ours only, never through a symlink.
+    fn create(&self, name: &str) -> Result<Stored> {
+        let path = self.dir.path().join(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| AsamError::io(&path, e))?;
+        Ok(Stored { file, path })
+    }
+
+    /// Writes `batches` (all of `schema`) as one Arrow IPC file `name`.
+    pub fn put(&self, name: &str, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Stored> {
+        let stored = self.create(name)?;
+        let ctx = |what: &str| format!("{what} {}", stored.path.display());
+        let mut w = FileWriter::try_new(std::io::BufWriter::new(&stored.file), schema)
+            .map_err(|e| AsamError::arrow(ctx("open"), e))?;
+        for b in batches {
+            w.write(b).map_err(|e| AsamError::arrow(ctx("write"), e))?;
+        }
+        w.finish().map_err(|e| AsamError::arrow(ctx("finish"), e))?;
+        drop(w);
+        Ok(stored)
+    }
+
+    /// Writes `text` as file `name` (the SAM header travels with the batches).
+    pub fn put_text(&self, name: &str, text: &str) -> Result<Stored> {
+        let stored = self.create(name)?;
+        (&stored.file)
+            .write_all(text.as_bytes())
+            .map_err(|e| AsamError::io(&stored.path, e))?;
+        Ok(stored)
+    }
+}
+
+/// Maps the stored IPC file and returns its batches, whose buffers point
 /// into the mapping (kept alive by the buffers themselves).
-pub fn get(path: &Path) -> Result<Vec<RecordBatch>> {
-    let file = std::fs::File::open(path).map_err(|e| AsamError::io(path, e))?;
-    // SAFETY: the stores are written once by the previous stage and never
-    // modified afterwards; a concurrent writer would be a misuse of the store.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| AsamError::io(path, e))?;
+pub fn get(stored: &Stored) -> Result<Vec<RecordBatch>> {
+    let path = stored.path.as_path();
+    // SAFETY: a mapping is sound while nothing changes the file. We created
+    // it new (O_EXCL, O_NOFOLLOW, mode 0600) in a 0700 directory we made,
+    // map it through the descriptor we wrote it with (so no other file can
+    // be swapped in under the path), and never write it after `put`: only
+    // a process of our own user or root could still change it.
+    let map = unsafe { memmap2::Mmap::map(&stored.file) }.map_err(|e| AsamError::io(path, e))?;
     let len = map.len();
     let bad = |why: String| {
         AsamError::Invalid(format!("{}: not an Arrow IPC file: {why}", path.display()))
@@ -79,11 +153,54 @@ pub fn get(path: &Path) -> Result<Vec<RecordBatch>> {
     Ok(batches)
 }
 
-/// Writes `text` beside the store (the SAM header travels with the batches).
-pub fn put_text(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| AsamError::io(path, e))
+/// The text of a stored file.
+pub fn get_text(stored: &Stored) -> Result<String> {
+    let mut f = &stored.file;
+    let mut text = String::new();
+    f.seek(SeekFrom::Start(0))
+        .and_then(|_| f.read_to_string(&mut text))
+        .map_err(|e| AsamError::io(&stored.path, e))?;
+    Ok(text)
 }
 
-pub fn get_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| AsamError::io(path, e))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_store_is_a_private_dir_of_new_files_removed_on_drop() {
+        let parent = tempfile::tempdir().unwrap();
+        let store = Store::create_in(&parent.path().join("shm")).unwrap();
+        let dir = store.dir().to_path_buf();
+        assert_eq!(mode(&dir), 0o700);
+        let t = store.put_text("header.sam", "@HD\tVN:1.6\n").unwrap();
+        assert_eq!(mode(t.path()), 0o600);
+        assert_eq!(get_text(&t).unwrap(), "@HD\tVN:1.6\n");
+        // A name is written once: a second put (or a planted file) fails.
+        assert!(store.put_text("header.sam", "x").is_err());
+        let victim = parent.path().join("victim");
+        std::fs::write(&victim, "mine").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("planted.arrow")).unwrap();
+        let schema = crate::schema::schema();
+        assert!(store.put("planted.arrow", &schema, &[]).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+        drop(store);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_store_is_read_through_its_descriptor_not_its_path() {
+        let parent = tempfile::tempdir().unwrap();
+        let store = Store::create_in(parent.path()).unwrap();
+        let schema = crate::schema::schema();
+        let s = store.put("a.arrow", &schema, &[]).unwrap();
+        // Another file swapped in under the name is not what is read.
+        std::fs::remove_file(s.path()).unwrap();
+        std::fs::write(s.path(), "not an arrow file").unwrap();
+        assert!(get(&s).unwrap().is_empty());
+    }
 }

@@ -2,8 +2,11 @@
 //! start them and what an error says when they fail.
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+use testbed_proc::{Group, RunError};
 
 use crate::{AsamError, Result};
 
@@ -47,6 +50,8 @@ impl Program {
         self.run_in(args, Some(out)).map(|_| ())
     }
 
+    /// Runs the tool in its own process group (killed with us, and with
+    /// everything it started once it exits: see testbed_proc::Group).
     fn run_in<S: AsRef<OsStr>>(&self, args: &[S], out: Option<&Path>) -> Result<Vec<u8>> {
         let mut cmd = Command::new(self.name);
         cmd.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
@@ -59,24 +64,70 @@ impl Program {
                 cmd.stdout(Stdio::piped());
             }
         }
-        let output = cmd.output().map_err(|source| AsamError::Spawn {
-            tool: self.name.into(),
-            package: self.package.into(),
-            source,
+        let mut child = Group::spawn(&mut cmd).map_err(|e| match e {
+            RunError::Spawn { source, .. } => AsamError::Spawn {
+                tool: self.name.into(),
+                package: self.package.into(),
+                source,
+            },
+            e => AsamError::Invalid(e.to_string()),
         })?;
-        if !output.status.success() {
+        // stderr on a thread, stdout here: neither pipe can fill and block.
+        let stderr = child.take_stderr().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = e.read_to_end(&mut buf);
+                buf
+            })
+        });
+        let mut stdout = Vec::new();
+        let read = match child.take_stdout() {
+            Some(mut o) => o.read_to_end(&mut stdout).map(|_| ()),
+            None => Ok(()),
+        };
+        let status = child
+            .wait()
+            .map_err(|e| AsamError::Invalid(format!("wait for {}: {e}", self.name)))?;
+        let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+        read.map_err(|e| AsamError::Invalid(format!("read the output of {}: {e}", self.name)))?;
+        if !status.success() {
             let line: Vec<String> = args
                 .iter()
                 .map(|a| a.as_ref().to_string_lossy().into_owned())
                 .collect();
-            let stderr = String::from_utf8_lossy(&output.stderr);
+            let stderr = String::from_utf8_lossy(&stderr);
             let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
             return Err(AsamError::Tool {
                 tool: format!("{} {}", self.name, line.join(" ")),
-                status: output.status.to_string(),
+                status: status.to_string(),
                 stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
             });
         }
-        Ok(output.stdout)
+        Ok(stdout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_tool_reports_its_stderr_and_a_missing_one_its_package() {
+        let sh = Program {
+            name: "sh",
+            package: "dash",
+        };
+        assert_eq!(sh.run(&["-c", "echo out"]).unwrap(), b"out\n");
+        let e = sh
+            .run(&["-c", "echo bad >&2; exit 3"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bad") && e.contains("exit status: 3"), "{e}");
+        let missing = Program {
+            name: "/nonexistent/tool",
+            package: "some-package",
+        };
+        let e = missing.run(&["x"]).unwrap_err().to_string();
+        assert!(e.contains("apt-get install some-package"), "{e}");
     }
 }

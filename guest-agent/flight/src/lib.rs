@@ -26,6 +26,7 @@ pub mod compare;
 pub mod data;
 pub mod error;
 pub mod lines;
+pub mod private;
 pub mod pyarrow;
 pub mod query;
 pub mod server;

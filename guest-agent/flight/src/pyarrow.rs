@@ -1,13 +1,15 @@
 //! Running pyarrow's Flight (C++ under Python) beside ours: the scripts are
-//! compiled in, written to a temporary directory and run with `python3`
-//! (or `$TESTBED_PYTHON`). pyarrow comes from PyPI: `pip install pyarrow`.
+//! compiled in, written to a private temporary directory and run with
+//! `python3` (or `$TESTBED_PYTHON`). pyarrow comes from PyPI: `pip install
+//! pyarrow`.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+use testbed_proc::Group;
 
 use crate::error::{FlightError, Result};
 
@@ -23,74 +25,66 @@ pub fn python() -> String {
 
 /// The pyarrow version, or an error carrying [`INSTALL_HINT`].
 pub fn check(python: &str) -> Result<String> {
-    let out = Command::new(python)
-        .args([
+    let out = testbed_proc::run_captured(
+        Command::new(python).args([
             "-c",
             "import pyarrow, pyarrow.flight; print(pyarrow.__version__)",
-        ])
-        .output()
-        .map_err(|e| FlightError::Other(format!("{INSTALL_HINT} (running {python}: {e})")))?;
+        ]),
+        Duration::from_secs(120),
+    )
+    .map_err(|e| FlightError::Other(format!("{INSTALL_HINT} ({e})")))?;
     if !out.status.success() {
         return Err(FlightError::Other(format!(
             "{INSTALL_HINT} ({python}: {})",
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         )));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    Ok(out.stdout.trim().to_string())
 }
 
-/// The two scripts in a private temporary directory, removed on drop.
+/// The two scripts in a private temporary directory (mode 0700), removed
+/// on drop.
 pub struct Scripts {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Scripts {
     pub fn write() -> Result<Self> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "testbed-flight-py-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| FlightError::io(format!("create {}", dir.display()), e))?;
+        let dir = crate::private::tempdir("testbed-flight-py-")?;
         for (name, text) in [
             ("pyarrow_server.py", SERVER_PY),
             ("pyarrow_client.py", CLIENT_PY),
         ] {
-            let p = dir.join(name);
-            std::fs::write(&p, text)
+            let p = dir.path().join(name);
+            crate::private::create_new(&p)?
+                .write_all(text.as_bytes())
                 .map_err(|e| FlightError::io(format!("write {}", p.display()), e))?;
         }
         Ok(Scripts { dir })
     }
 
     pub fn server(&self) -> PathBuf {
-        self.dir.join("pyarrow_server.py")
+        self.dir.path().join("pyarrow_server.py")
     }
 
     pub fn client(&self) -> PathBuf {
-        self.dir.join("pyarrow_client.py")
+        self.dir.path().join("pyarrow_client.py")
     }
 }
 
-impl Drop for Scripts {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A server child process that printed `{"listening": ADDR}` first; killed
-/// on drop.
+/// A server child process that printed `{"listening": ADDR}` first; it
+/// and whatever it started are stopped on drop (see [`Group`]).
 pub struct ChildServer {
-    child: Child,
+    child: Group,
     pub addr: String,
 }
 
 impl ChildServer {
-    pub fn spawn(cmd: Command, timeout: Duration) -> Result<Self> {
-        let (mut child, shown) = spawn_piped(cmd)?;
-        let stdout = child.stdout.take();
+    pub fn spawn(mut cmd: Command, timeout: Duration) -> Result<Self> {
+        let mut child = Group::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()))
+            .map_err(|e| FlightError::Other(e.to_string()))?;
+        let shown = child.command().to_string();
+        let stdout = child.take_stdout();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -108,7 +102,7 @@ impl ChildServer {
             .and_then(|v| v["listening"].as_str().map(str::to_string));
         match addr {
             Some(addr) => {
-                if let Some(err) = child.stderr.take() {
+                if let Some(err) = child.take_stderr() {
                     std::thread::spawn(move || {
                         let _ = std::io::copy(&mut BufReader::new(err), &mut std::io::sink());
                     });
@@ -117,9 +111,8 @@ impl ChildServer {
             }
             None => {
                 let _ = child.kill();
-                let _ = child.wait();
                 let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
+                if let Some(mut e) = child.take_stderr() {
                     let _ = e.read_to_string(&mut err);
                 }
                 Err(FlightError::Other(format!(
@@ -129,24 +122,10 @@ impl ChildServer {
             }
         }
     }
-}
 
-/// Spawns `cmd` with stdout and stderr piped to us; also returns the
-/// command as shown in errors.
-fn spawn_piped(mut cmd: Command) -> Result<(Child, String)> {
-    let shown = format!("{cmd:?}");
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| FlightError::io(format!("spawn {shown}"), e))?;
-    Ok((child, shown))
-}
-
-impl Drop for ChildServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// The server's pid (also its process group's id).
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -184,4 +163,45 @@ pub fn start_server(
         cmd.arg("--tls-key").arg(d.join("server.key"));
     }
     ChildServer::spawn(cmd, Duration::from_secs(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    #[test]
+    fn scripts_go_to_a_private_dir_not_a_pre_created_path() {
+        let victim_dir = tempfile::tempdir().unwrap();
+        let victim = victim_dir.path().join("victim");
+        std::fs::write(&victim, "mine").unwrap();
+        // Where the scripts used to go: temp_dir/testbed-flight-py-<pid>-<n>,
+        // which another user can create first, with symlinks inside.
+        let planted: Vec<PathBuf> = (0..16)
+            .map(|n| {
+                std::env::temp_dir().join(format!("testbed-flight-py-{}-{n}", std::process::id()))
+            })
+            .collect();
+        for d in &planted {
+            std::fs::create_dir(d).unwrap();
+            for name in ["pyarrow_server.py", "pyarrow_client.py"] {
+                symlink(&victim, d.join(name)).unwrap();
+            }
+        }
+        let scripts = Scripts::write();
+        for d in &planted {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        let scripts = scripts.unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+        let dir = scripts.server().parent().unwrap().to_path_buf();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+        assert_eq!(
+            std::fs::read_to_string(scripts.server()).unwrap(),
+            SERVER_PY
+        );
+        drop(scripts);
+        assert!(!dir.exists());
+    }
 }

@@ -57,3 +57,85 @@ fn parquet_source_refuses_other_sql_clearly() {
         Some(5)
     );
 }
+
+#[test]
+fn a_pre_created_run_dir_in_tmp_is_not_used() {
+    let victim = tempfile::tempdir().unwrap();
+    // The run directory used to be temp_dir/testbed-flight-query-<pid>:
+    // another user could create it first, with a symlink inside.
+    let planted = std::env::temp_dir().join(format!("testbed-flight-query-{}", std::process::id()));
+    std::fs::create_dir(&planted).unwrap();
+    std::os::unix::fs::symlink(victim.path(), planted.join("pg")).unwrap();
+    let r = query::run(&QueryArgs {
+        rows: vec![10],
+        table_rows: Some(10),
+        clients: vec![QueryClient::Libpq],
+        repetitions: 1,
+        seed: 1,
+        batch_rows: 4096,
+        run_dir: None,
+        json: false,
+    });
+    let _ = std::fs::remove_dir_all(&planted);
+    let left: Vec<_> = std::fs::read_dir(victim.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "written through the planted symlink: {left:?}"
+    );
+    assert!(r.unwrap().all_match());
+}
+
+/// PostgreSQL never trusts a connection: without the cluster's password
+/// the server refuses it. And it is our child in its own process group,
+/// gone once the cluster is dropped.
+#[test]
+fn postgres_wants_a_password_and_dies_with_its_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = query::pg::PgCluster::start(dir.path()).unwrap();
+    let rt = testbed_flight::cli::runtime(Some(1)).unwrap();
+    rt.block_on(query::libpq::connect(&pg.conn_string()))
+        .expect("with the password");
+    let no_password = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        pg.port
+    );
+    let e = rt
+        .block_on(query::libpq::connect(&no_password))
+        .expect_err("connected without a password");
+    // tokio-postgres gives up when the server asks for a password it lacks.
+    assert!(e.to_string().contains("password missing"), "{e}");
+    let e = rt
+        .block_on(query::libpq::connect(&format!(
+            "{no_password} password=guess"
+        )))
+        .expect_err("connected with a wrong password");
+    assert!(
+        e.to_string().contains("password authentication failed"),
+        "{e}"
+    );
+    assert!(
+        !e.to_string().contains("guess"),
+        "the password is shown: {e}"
+    );
+    let pid_file = std::fs::read_to_string(pg.data_dir.join("postmaster.pid")).unwrap();
+    let pid: i32 = pid_file.lines().next().unwrap().parse().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // State, ppid, pgrp.
+    assert_eq!(
+        fields[1].parse::<u32>().unwrap(),
+        std::process::id(),
+        "{stat}"
+    );
+    assert_eq!(fields[2].parse::<i32>().unwrap(), pid, "{stat}");
+    drop(pg);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}

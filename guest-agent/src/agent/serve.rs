@@ -41,6 +41,24 @@ impl SampleSink for ChannelSink {
         // A lost channel surfaces at the job's end message; nothing to do here.
         let _ = send(&self.0, &GuestMsg::Samples(chunk));
     }
+    fn log(&self, line: &str) {
+        let _ = send(
+            &self.0,
+            &GuestMsg::Log {
+                line: line.to_string(),
+            },
+        );
+    }
+    fn write_raw(
+        &self,
+        write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut guard = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("channel lock poisoned"))?;
+        write(&mut **guard)
+    }
 }
 
 /// Runs the loop until `Shutdown` or the host closes the channel.
@@ -59,6 +77,8 @@ pub fn serve<R: BufRead>(
         std::thread::spawn(move || heartbeat_loop(&w, &stop))
     };
     let result = job_loop(&mut reader, &writer, &nonce, local_devices);
+    // Also when the host went away without a Shutdown.
+    crate::workload::flight::stop_boot_server();
     stop.store(true, Ordering::SeqCst);
     let _ = heartbeat.join();
     result
@@ -119,6 +139,8 @@ fn job_loop<R: BufRead>(
                 send(writer, &reply)?;
             }
             HostMsg::Shutdown => {
+                // A server kept for the boot (pair topology) ends with it.
+                crate::workload::flight::stop_boot_server();
                 send(writer, &GuestMsg::Bye)?;
                 return Ok(());
             }

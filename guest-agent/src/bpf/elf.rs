@@ -106,6 +106,9 @@ impl<'a> Object<'a> {
 mod tests {
     use std::path::{Path, PathBuf};
     use std::process::Command;
+    use std::time::Duration;
+
+    use testbed_proc::{RunError, run_captured};
 
     use super::*;
     use crate::bpf::BpfError;
@@ -118,25 +121,24 @@ mod tests {
         let c = dir.path().join("p.c");
         let o = dir.path().join("p.o");
         std::fs::write(&c, src).unwrap();
-        let out = match Command::new("clang")
-            .args(["-O2", "-target", "bpf", "-c"])
-            .arg(&c)
-            .arg("-o")
-            .arg(&o)
-            .output()
-        {
+        let out = match run_captured(
+            Command::new("clang")
+                .args(["-O2", "-target", "bpf", "-c"])
+                .arg(&c)
+                .arg("-o")
+                .arg(&o),
+            Duration::from_secs(300),
+        ) {
             Ok(out) => out,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(RunError::Spawn { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 eprintln!("skipped: no clang on PATH to build a BPF object");
                 return None;
             }
             Err(e) => panic!("clang: {e}"),
         };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{}", out.stderr);
         Some(std::fs::read(&o).unwrap())
     }
 
@@ -268,12 +270,14 @@ mod tests {
         };
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf-programs");
         let out = tempfile::tempdir().unwrap();
-        let make = Command::new("make")
-            .arg("-C")
-            .arg(&src)
-            .arg(format!("OUT={}", out.path().display()))
-            .arg(format!("VMLINUX_H={}", vmlinux_h.display()))
-            .output();
+        let make = run_captured(
+            Command::new("make")
+                .arg("-C")
+                .arg(&src)
+                .arg(format!("OUT={}", out.path().display()))
+                .arg(format!("VMLINUX_H={}", vmlinux_h.display())),
+            Duration::from_secs(600),
+        );
         let make = match make {
             Ok(m) => m,
             Err(e) => {
@@ -281,16 +285,15 @@ mod tests {
                 return;
             }
         };
-        if !make.status.success() && Command::new("clang").arg("--version").output().is_err() {
+        let clang = run_captured(
+            Command::new("clang").arg("--version"),
+            Duration::from_secs(60),
+        );
+        if !make.status.success() && clang.is_err() {
             eprintln!("skipped: no clang on PATH to build ebpf-programs/");
             return;
         }
-        assert!(
-            make.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&make.stdout),
-            String::from_utf8_lossy(&make.stderr)
-        );
+        assert!(make.status.success(), "{}{}", make.stdout, make.stderr);
         let expect: [(&str, &[&str]); 3] = [
             ("btree_lookup.bpf.o", &["storage_chain"]),
             ("synthetic_chain.bpf.o", &["storage_chain"]),

@@ -3,12 +3,14 @@
 //! (`BPF_PROG_TYPE_STORAGE_CHAIN` exists only in the patched kernel), so the
 //! program's instructions are taken from the clang-built ELF object and
 //! loaded with the raw bpf(2) syscall, and chains are started with the raw
-//! chained_read(2) syscall or the matching io_uring opcode.
+//! chained_read(2) syscall or the matching io_uring opcode (through a ring
+//! of our own, ring.rs: the io-uring crate cannot build that SQE).
 
 pub mod abi;
 pub mod chain;
 pub mod elf;
 pub mod prog;
+pub mod ring;
 
 use std::path::PathBuf;
 

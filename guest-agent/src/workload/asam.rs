@@ -163,15 +163,6 @@ pub fn run(p: &AsamPreprocParams, ctx: &JobContext) -> Result<Summary, WorkloadE
     run_with_binary(p, ctx, &bin)
 }
 
-/// A BAM scratch directory removed on drop.
-struct Workdir(PathBuf);
-
-impl Drop for Workdir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 pub fn run_with_binary(
     p: &AsamPreprocParams,
     ctx: &JobContext,
@@ -210,11 +201,8 @@ pub fn run_with_binary(
         .next()
         .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
 
-    let workdir = Workdir(std::env::temp_dir().join(format!(
-        "testbed-asam-{}-{}",
-        std::process::id(),
-        ctx.job_id
-    )));
+    // The BAM scratch directory: private (mode 0700), removed on return.
+    let workdir = child::private_dir(&format!("testbed-asam-{}-", ctx.job_id))?;
     let bench_args: Vec<String> = vec![
         "bench-preproc".into(),
         "--json".into(),
@@ -223,7 +211,7 @@ pub fn run_with_binary(
         "--tools".into(),
         p.tools.join(","),
         "--workdir".into(),
-        workdir.0.display().to_string(),
+        workdir.path().display().to_string(),
         "--threads".into(),
         threads,
     ];
@@ -538,5 +526,41 @@ mod tests {
             preproc_line(&summary).unwrap(),
             "sort+markdup: picard 5.500 s, arrowsam 0.090 s; arrowsam vs picard: 0 duplicate flags differ, order DIFFERS from samtools"
         );
+    }
+
+    #[test]
+    fn the_workdir_is_private_not_a_pre_created_one() {
+        let data = tempfile::tempdir().unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        // The BAM workdir used to be temp_dir/testbed-asam-<pid>-<job>:
+        // another user could create it first, as a symlink.
+        let planted =
+            std::env::temp_dir().join(format!("testbed-asam-{}-{}", std::process::id(), 8));
+        std::os::unix::fs::symlink(victim.path(), &planted).unwrap();
+        let p = params(serde_json::json!({
+            "dataset": "tiny",
+            "chromosome_length": 20000,
+            "coverage": 2.0,
+            "tools": ["samtools", "arrowsam"],
+            "data_dir": data.path().display().to_string(),
+        }))
+        .unwrap();
+        let ctx = JobContext {
+            job_id: 8,
+            seed: 5,
+            devices: BTreeMap::new(),
+            sink: std::sync::Arc::new(crate::workload::VecSink::default()),
+        };
+        let r = run_with_binary(&p, &ctx, &real_binary());
+        let _ = std::fs::remove_file(&planted);
+        let left: Vec<_> = std::fs::read_dir(victim.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "written through the planted symlink: {left:?}"
+        );
+        assert_eq!(r.unwrap()["arrowsam.order_matches_samtools"], true);
     }
 }

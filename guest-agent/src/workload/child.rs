@@ -31,6 +31,19 @@ fn other(msg: String) -> WorkloadError {
     WorkloadError::Other(msg)
 }
 
+/// A fresh scratch directory `<temp dir>/<prefix>XXXXXX` that only we can
+/// enter (mkdtemp, mode 0700: nobody can pre-create it or plant symlinks
+/// in it), removed when the value is dropped.
+pub fn private_dir(prefix: &str) -> Result<tempfile::TempDir, WorkloadError> {
+    use std::os::unix::fs::PermissionsExt;
+    // tempfile leaves the mode to the umask (often 0755).
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| WorkloadError::io(format!("create a private {prefix}* directory"), e))
+}
+
 /// Runs `bin args` (killed after `timeout`) and returns the JSON objects it
 /// printed, one per line, each read as a `T` (the helper's line type);
 /// other output lines are skipped. `what` names it in errors, which carry
@@ -101,6 +114,26 @@ mod tests {
     #[derive(Debug, PartialEq, serde::Deserialize)]
     struct Line {
         n: u32,
+    }
+
+    #[test]
+    fn a_private_dir_is_ours_only_and_removed_on_drop() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = private_dir("testbed-child-test-").unwrap();
+        let path = d.path().to_path_buf();
+        assert!(
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("testbed-child-test-")
+        );
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        drop(d);
+        assert!(!path.exists());
     }
 
     #[test]

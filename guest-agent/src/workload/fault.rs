@@ -16,6 +16,16 @@ pub enum FaultMode {
     Panic,
     /// The agent stops answering, heartbeats included.
     Hang,
+    /// One line of `size` bytes that is not a message (a flooding guest).
+    FloodLine,
+    /// `size` sample chunks, each with a tag key of its own.
+    TagFlood,
+    /// Log lines without end; the job never finishes.
+    LogFlood,
+    /// A sample that is not a number.
+    Nan,
+    /// No fault: `size` samples of one metric, and success.
+    Samples,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,13 +35,22 @@ pub struct FaultParams {
     /// Seconds to wait before failing.
     #[serde(default)]
     pub after_s: f64,
+    /// How much a flood sends: bytes for `flood-line`, chunks for `tag-flood`.
+    #[serde(default = "default_size")]
+    pub size: u64,
+}
+
+fn default_size() -> u64 {
+    1000
 }
 
 /// Set by the agent while a `hang` fault runs, so its heartbeat thread stops too.
 pub static HANGING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-pub fn run(p: &FaultParams, _ctx: &JobContext) -> Result<Summary, WorkloadError> {
-    std::thread::sleep(std::time::Duration::from_secs_f64(p.after_s.max(0.0)));
+pub fn run(p: &FaultParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
+    let wait = std::time::Duration::try_from_secs_f64(p.after_s.max(0.0))
+        .map_err(|e| WorkloadError::Other(format!("after_s = {}: {e}", p.after_s)))?;
+    std::thread::sleep(wait);
     match p.mode {
         FaultMode::Error => Err(WorkloadError::Other(
             "fault workload: requested error".into(),
@@ -50,6 +69,43 @@ pub fn run(p: &FaultParams, _ctx: &JobContext) -> Result<Summary, WorkloadError>
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             }
         }
+        FaultMode::FloodLine => {
+            let piece = vec![b'x'; 1 << 20];
+            ctx.sink
+                .write_raw(&mut |w| {
+                    let mut left = p.size;
+                    while left > 0 {
+                        let n = left.min(piece.len() as u64) as usize;
+                        w.write_all(&piece[..n])?;
+                        left -= n as u64;
+                    }
+                    w.write_all(b"\n")?;
+                    w.flush()
+                })
+                .map_err(|e| WorkloadError::io("write a flood line", e))?;
+            Ok(Summary::new())
+        }
+        FaultMode::TagFlood => {
+            for i in 0..p.size {
+                let tags = std::collections::BTreeMap::from([(format!("k{i}"), "v".to_string())]);
+                ctx.emit_samples("flood", "count", 0, &tags, &[i as f64]);
+            }
+            Ok(Summary::new())
+        }
+        FaultMode::LogFlood => loop {
+            ctx.sink.log("fault workload: still flooding the log");
+        },
+        FaultMode::Samples => {
+            let none = std::collections::BTreeMap::new();
+            let values: Vec<f64> = (0..p.size).map(|i| i as f64).collect();
+            ctx.emit_samples("value", "count", 0, &none, &values);
+            Ok(Summary::from([("samples".to_string(), p.size.into())]))
+        }
+        FaultMode::Nan => {
+            let none = std::collections::BTreeMap::new();
+            ctx.emit_samples("value", "count", 0, &none, &[1.0, f64::NAN]);
+            Ok(Summary::new())
+        }
     }
 }
 
@@ -58,6 +114,23 @@ impl super::WorkloadParams for FaultParams {
         &self,
         _devices: &std::collections::BTreeMap<String, crate::protocol::DeviceRef>,
     ) -> Result<(), super::ParamError> {
+        if !(0.0..=86_400.0).contains(&self.after_s) {
+            return Err(super::ParamError::new(
+                "after_s",
+                format!("{} is not between 0 and 86400 seconds", self.after_s),
+            ));
+        }
+        // Samples are built in memory before they are sent.
+        let limit = match self.mode {
+            FaultMode::Samples | FaultMode::TagFlood => 50_000_000,
+            _ => 1 << 32,
+        };
+        if self.size > limit {
+            return Err(super::ParamError::new(
+                "size",
+                format!("{} is more than {limit} for mode {:?}", self.size, self.mode),
+            ));
+        }
         Ok(())
     }
     fn run(&self, ctx: &JobContext) -> Result<Summary, WorkloadError> {

@@ -123,6 +123,18 @@ impl WorkloadError {
 /// host; tests collect them.
 pub trait SampleSink: Send + Sync {
     fn emit(&self, chunk: SampleChunk);
+    /// A log line for the host (the agent's sink sends it; others drop it).
+    fn log(&self, _line: &str) {}
+    /// Raw bytes on the channel, for the fault workload's floods only.
+    fn write_raw(
+        &self,
+        _write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this sink has no raw channel",
+        ))
+    }
 }
 
 /// Collects samples in memory (tests, benches, host-side library use).

@@ -15,6 +15,7 @@ use super::{BootError, BootRecord, Executor, OnPoint};
 use crate::plan::Point;
 use crate::progress::Event;
 use crate::qemu::channel::Channel;
+use crate::qemu::process::GroupProcess;
 use crate::spec::Timeouts;
 
 pub struct HostExecutor {
@@ -24,6 +25,8 @@ pub struct HostExecutor {
     pub timeouts: Timeouts,
     /// Extra environment for the agent (e.g. where helper binaries are).
     pub env: Vec<(String, String)>,
+    /// Where points' samples wait to be stored (inside the run directory).
+    pub spill_dir: PathBuf,
 }
 
 impl Executor for HostExecutor {
@@ -44,16 +47,28 @@ impl Executor for HostExecutor {
             accel: "host".into(),
         });
         let started = Instant::now();
-        let mut child = Command::new(&self.agent)
-            .arg("--stdio")
-            .env("TESTBED_NONCE", &nonce)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| BootError::Failed(format!("start agent {}: {e}", self.agent.display())))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        // Its own process group, dying with us, killed as a group when this
+        // boot ends by any path (the guard's drop): helpers it started go too.
+        let mut child = GroupProcess::spawn_command(
+            Command::new(&self.agent)
+                .arg("--stdio")
+                .env("TESTBED_NONCE", &nonce)
+                // Names the run in the environment of the agent and of all
+                // it starts, so what belongs to a run can be found by name.
+                .env(
+                    "TESTBED_RUN_DIR",
+                    self.spill_dir.parent().unwrap_or(&self.spill_dir),
+                )
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        )
+        .map_err(|e| BootError::Failed(format!("start agent {}: {e}", self.agent.display())))?;
+        let (Some(stdin), Some(stdout)) = (
+            child.child_mut().stdin.take(),
+            child.child_mut().stdout.take(),
+        ) else {
             return Err(BootError::Failed("agent has no stdio pipes".into()));
         };
         let channel = Channel::from_parts(BufReader::new(stdout), Box::new(stdin));
@@ -61,10 +76,11 @@ impl Executor for HostExecutor {
         let mut session = Session {
             channel,
             is_dead: Box::new(|| {
-                let status = child_cell.borrow_mut().try_wait().ok()??;
+                let status = child_cell.borrow_mut().try_wait()?;
                 Some(format!("agent process exited ({status})"))
             }),
             heartbeat_timeout: self.timeouts.heartbeat.0,
+            spill_dir: self.spill_dir.clone(),
         };
         let mut record = BootRecord {
             index,
@@ -104,8 +120,7 @@ impl Executor for HostExecutor {
             };
         }
         drop(session);
-        let _ = child.kill();
-        let _ = child.wait();
+        child.kill();
         // Every point that got an outcome is listed in the record.
         let handled = record.points.len();
         Ok((record, handled))

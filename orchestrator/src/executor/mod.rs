@@ -9,11 +9,12 @@ pub mod session;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
-use testbed_agent::protocol::{Hello, SampleChunk};
+use testbed_agent::protocol::Hello;
 use testbed_agent::workload::Summary;
 
 use crate::plan::Point;
 use crate::progress::Event;
+use crate::results::spill::SpillFile;
 
 /// Set by the Ctrl-C handler; every wait loop checks it.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -26,7 +27,8 @@ pub fn interrupted() -> bool {
 pub enum PointOutcome {
     Done {
         summary: Summary,
-        chunks: Vec<SampleChunk>,
+        /// The raw samples, on disk until the point is stored.
+        samples: SpillFile,
         wall_s: f64,
     },
     Failed {

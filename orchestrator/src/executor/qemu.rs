@@ -103,8 +103,11 @@ pub fn boot_vm(
     let mut config = base.clone();
     config.append = kernel_append(config.accel, &nonce, false, cmdline_extra);
     config.console_log = run_dir.join(format!("console{label}.log"));
-    // Unix socket paths are limited to 108 bytes: keep it short, in /tmp.
-    config.agent_socket = std::env::temp_dir().join(format!("testbed-{nonce}.sock"));
+    // Unix socket paths are limited to 108 bytes, so not in the run
+    // directory: in a private directory of our own (mkdtemp, mode 0700)
+    // under /tmp, where no other user can reach or replace it.
+    let socket_dir = private_socket_dir().map_err(BootError::Failed)?;
+    config.agent_socket = socket_dir.path().join("agent.sock");
     let argv = build_argv(&config);
     let console = config.console_log.clone();
     let qemu_log = run_dir.join(format!("qemu{label}.log"));
@@ -114,7 +117,7 @@ pub fn boot_vm(
     let socket = config.agent_socket.clone();
     let connected = Channel::connect_vm(&socket, &mut vm, timeouts.boot.0);
     // QEMU holds the socket open; its name is no longer needed.
-    let _ = std::fs::remove_file(&socket);
+    drop(socket_dir);
     let channel = match connected {
         Ok(c) => c,
         Err(e) => {
@@ -127,9 +130,18 @@ pub fn boot_vm(
     };
     let vm = Rc::new(RefCell::new(vm));
     let (vm_for_dead, console_for_dead) = (vm.clone(), console.clone());
+    let qemu_log_for_error = qemu_log.clone();
     let mut session = Session {
         channel,
         is_dead: Box::new(move || {
+            // A guest flooding its console is stopped before it fills the disk.
+            if let Some(size) = oversized(&console_for_dead, MAX_CONSOLE) {
+                vm_for_dead.borrow_mut().kill();
+                return Some(format!(
+                    "the guest wrote {size} bytes to its console (at most {MAX_CONSOLE}): stopped\nlast console lines:\n{}",
+                    console_digest(&console_for_dead, 5)
+                ));
+            }
             let status = vm_for_dead.borrow_mut().try_wait()?;
             Some(format!(
                 "QEMU exited ({status})\nlast console lines:\n{}\nQEMU said:\n{}",
@@ -138,6 +150,7 @@ pub fn boot_vm(
             ))
         }),
         heartbeat_timeout: timeouts.heartbeat.0,
+        spill_dir: run_dir.join("points"),
     };
     match session.handshake(&nonce, timeouts.boot.0) {
         Ok(hello) => Ok(BootedVm {
@@ -153,11 +166,32 @@ pub fn boot_vm(
             drop(session);
             vm.borrow_mut().kill();
             Err(BootError::Failed(format!(
-                "the guest never reached the agent: {e}\nlast console lines:\n{}",
-                console_digest(&console, 15)
+                "the guest never reached the agent: {e}\nlast console lines:\n{}\nQEMU said:\n{}",
+                console_digest(&console, 15),
+                tail_lines(&qemu_log_for_error, 10)
             )))
         }
     }
+}
+
+/// A new directory only this user can enter, for the agent socket.
+fn private_socket_dir() -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix("testbed-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| format!("create a private directory for the agent socket: {e}"))
+}
+
+/// The most a guest may write to its console in one boot; the kernel and
+/// the agent write kilobytes.
+pub const MAX_CONSOLE: u64 = 64 << 20;
+
+/// The file's size when it is larger than `limit`.
+fn oversized(path: &Path, limit: u64) -> Option<u64> {
+    let size = std::fs::metadata(path).ok()?.len();
+    (size > limit).then_some(size)
 }
 
 /// "" for boot 0, ".boot3" after, plus a role suffix for pairs.
@@ -219,13 +253,13 @@ impl QemuExecutor {
         &self,
         index: u32,
         pair: &PairSetup,
-        port: u16,
+        link: &Path,
         events: &mut dyn FnMut(Event),
     ) -> Result<BootedVm, BootError> {
         let mut config = self.config.clone();
         config.nics = vec![Nic {
             mac: "52:54:00:7e:57:01".into(),
-            netdev: format!("socket,listen=127.0.0.1:{port}"),
+            netdev: link_netdev(link, true),
         }];
         let mut extra = self.cmdline_extra.clone();
         extra.push(format!(
@@ -255,23 +289,15 @@ impl QemuExecutor {
     }
 }
 
-/// A free TCP port on loopback (the link's listener binds it next).
-fn free_port() -> Result<u16, BootError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| BootError::Failed(format!("no free loopback port for the VM link: {e}")))
-}
-
-/// Whether something listens on 127.0.0.1:port, from /proc/net/tcp: a
-/// probing connect would be taken by QEMU as its one peer.
-fn listening(port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let local = format!("0100007F:{port:04X}");
-    table.lines().skip(1).any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3 && f[1] == local && f[3] == "0A"
-    })
+/// The two VMs' link: a stream socket (the same framing as QEMU's
+/// `socket` backend) on a Unix socket in a private directory. A TCP port on
+/// loopback would let any local user connect first and take the link.
+fn link_netdev(path: &Path, server: bool) -> String {
+    format!(
+        "stream,server={},addr.type=unix,addr.path={}",
+        if server { "on" } else { "off" },
+        path.to_string_lossy().replace(',', ",,")
+    )
 }
 
 impl Executor for QemuExecutor {
@@ -286,16 +312,25 @@ impl Executor for QemuExecutor {
         let mut config = self.config.clone();
         let mut extra = self.cmdline_extra.clone();
         let mut peer = None;
-        if let Some(pair) = self.pair.clone() {
-            let port = free_port()?;
-            server = Some(self.boot_server(index, &pair, port, events)?);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !listening(port) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
+        // Lives until both VMs are gone.
+        let link_dir = match self.pair {
+            Some(_) => Some(private_socket_dir().map_err(BootError::Failed)?),
+            None => None,
+        };
+        if let (Some(pair), Some(dir)) = (self.pair.clone(), &link_dir) {
+            let link = dir.path().join("link.sock");
+            server = Some(self.boot_server(index, &pair, &link, events)?);
+            // The server's QEMU listens from its start, long before its
+            // agent answered; QEMU 7.2 never retries a connect, so check.
+            if !link.exists() {
+                return Err(BootError::Failed(format!(
+                    "the server VM's link socket {} does not exist",
+                    link.display()
+                )));
             }
             config.nics = vec![Nic {
                 mac: "52:54:00:7e:57:02".into(),
-                netdev: format!("socket,connect=127.0.0.1:{port}"),
+                netdev: link_netdev(&link, false),
             }];
             extra.push(format!(
                 "{}={}",
@@ -352,6 +387,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_agent_socket_lives_in_a_directory_only_we_can_enter() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = private_socket_dir().unwrap();
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let sock = dir.path().join("agent.sock");
+        assert!(sock.as_os_str().len() < 108, "{}", sock.display());
+    }
+
+    #[test]
     fn labels_name_boots_and_roles() {
         assert_eq!(label(0, ""), "");
         assert_eq!(label(2, ""), ".boot2");
@@ -360,11 +405,12 @@ mod tests {
     }
 
     #[test]
-    fn listening_reads_proc_net_tcp() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        assert!(listening(port));
-        drop(l);
-        assert!(!listening(port));
+    fn the_vm_link_is_a_unix_socket_not_a_port() {
+        let link = Path::new("/tmp/testbed-a,b/link.sock");
+        assert_eq!(
+            link_netdev(link, true),
+            "stream,server=on,addr.type=unix,addr.path=/tmp/testbed-a,,b/link.sock"
+        );
+        assert!(link_netdev(link, false).starts_with("stream,server=off,addr.type=unix,"));
     }
 }

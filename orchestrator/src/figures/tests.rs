@@ -35,6 +35,7 @@ fn point(p: u32, rep: u32, params: &[(&str, toml::Value)]) -> Point {
             testbed_agent::workload::fault::FaultParams {
                 mode: testbed_agent::workload::fault::FaultMode::Error,
                 after_s: 0.0,
+                size: 1000,
             },
         ),
         seed: 7,

@@ -22,6 +22,8 @@ pub enum ImageError {
     ProgramMissing(String),
     #[error("cannot find the shared libraries of {program}: {reason}")]
     Libraries { program: String, reason: String },
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ImageError> {
@@ -73,10 +75,20 @@ pub fn build_initramfs(
     let dir = cache_root.join("initramfs");
     let path = dir.join(format!("{sha}.cpio"));
     if !path.exists() {
-        crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ImageError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        // One writer per image: another process writing the same one is
+        // waited for, and its file used.
+        let lock_path = dir.join(format!(".{sha}.lock"));
+        let _lock = crate::lock::lock_or_wait(
+            &lock_path,
+            crate::lock::Mode::Exclusive,
+            &format!("initramfs {} in the cache", &sha[..12]),
+        )?;
+        if !path.exists() {
+            crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ImageError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
     }
     Ok(BuiltImage {
         path,
@@ -221,6 +233,50 @@ mod tests {
         let list_at =
             text.find("/lib/modules/6.1.0-test/zz_first.ko\n/lib/modules/6.1.0-test/aa_second.ko");
         assert!(list_at.is_some());
+    }
+
+    #[test]
+    fn a_second_process_waits_for_the_image_and_uses_it() {
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        let t = tempfile::tempdir().unwrap();
+        let agent = t.path().join("agent");
+        std::fs::write(&agent, b"agent").unwrap();
+        let inputs = InitramfsInputs {
+            agent,
+            ..Default::default()
+        };
+        let bytes = assemble(&inputs).unwrap().to_bytes();
+        let sha = hex::encode(Sha256::digest(&bytes));
+        let cache = t.path().join("cache");
+        let holder = crate::lock::test_support::Holder::exclusive(
+            &cache.join("initramfs").join(format!(".{sha}.lock")),
+        );
+        let (tx, rx) = mpsc::channel();
+        let (i2, c2) = (inputs.clone(), cache.clone());
+        let worker = std::thread::spawn(move || {
+            let r = build_initramfs(&i2, &c2);
+            tx.send(()).unwrap();
+            r
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "waits for the other process"
+        );
+        // The other process writes the image, then lets go.
+        let path = cache.join("initramfs").join(format!("{sha}.cpio"));
+        std::fs::write(&path, &bytes).unwrap();
+        let theirs = std::fs::metadata(&path).unwrap().ino();
+        holder.release();
+        let built = worker.join().unwrap().unwrap();
+        assert_eq!(built.path, path);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().ino(),
+            theirs,
+            "their file is used, not written again"
+        );
     }
 
     #[test]

@@ -26,7 +26,14 @@ pub fn fetch(
     let dir = downloads_dir(cache_root);
     std::fs::create_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
     let file_name = format!("{}_{}.deb", pin.package, pin.version).replace(':', "%3a");
-    let dest = dir.join(file_name);
+    let dest = dir.join(&file_name);
+    // One download of a package at a time: a second process waits, then
+    // finds it verified in the cache.
+    let _lock = super::cache::lock_file(
+        &dir.join(format!(".{file_name}.lock")),
+        &format!("the download of {} {}", pin.package, pin.version),
+        progress,
+    )?;
     if dest.is_file() {
         if sha256_file(&dest)?.eq_ignore_ascii_case(pin.sha256) {
             return Ok(dest);
@@ -108,5 +115,50 @@ fn download_into(
                 debs.len()
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_second_process_waits_for_the_download_and_uses_it() {
+        let t = tempfile::tempdir().unwrap();
+        let cache_root = t.path().to_path_buf();
+        let deb = b"!<arch>\npretend package".to_vec();
+        let sha = hex::encode(Sha256::digest(&deb));
+        let dir = downloads_dir(&cache_root);
+        let holder = crate::lock::test_support::Holder::exclusive(
+            &dir.join(".no-such-package-t_1.0.deb.lock"),
+        );
+        let (tx, rx) = mpsc::channel();
+        let (root, sha2) = (cache_root.clone(), sha.clone());
+        let descriptor = t.path().join("t.toml");
+        let worker = std::thread::spawn(move || {
+            let pin = Pin {
+                package: "no-such-package-t",
+                version: "1.0",
+                sha256: &sha2,
+                descriptor: &descriptor,
+                sha_field: "package.sha256",
+            };
+            let r = fetch(&root, &pin, &|_| {});
+            tx.send(()).unwrap();
+            r
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "waits for the other process"
+        );
+        // The other process downloads it, then lets go: apt-get is not run
+        // again (it would not find this package).
+        let dest = dir.join("no-such-package-t_1.0.deb");
+        std::fs::write(&dest, &deb).unwrap();
+        holder.release();
+        assert_eq!(worker.join().unwrap().unwrap(), dest);
     }
 }

@@ -129,6 +129,36 @@ pub fn list(cache_root: &Path) -> Result<Vec<KernelArtifact>, KernelError> {
     Ok(out)
 }
 
+/// Holds the cache entry `key` while this process fetches, builds or
+/// installs it (and its build tree). A second process waits, saying once
+/// for whom, and then finds the finished entry instead of making it again.
+pub fn lock_entry(
+    cache_root: &Path,
+    key: &str,
+    what: &str,
+    progress: &dyn Fn(&str),
+) -> Result<crate::lock::Lock, KernelError> {
+    // Dot-named, so `list` skips it like the staging dirs.
+    let path = kernels_dir(cache_root).join(format!(".{key}.lock"));
+    lock_file(&path, what, progress)
+}
+
+/// An exclusive lock on `path` for the kernel module's caches, waiting
+/// (and saying so once) while another process holds it.
+pub fn lock_file(
+    path: &Path,
+    what: &str,
+    progress: &dyn Fn(&str),
+) -> Result<crate::lock::Lock, KernelError> {
+    crate::lock::lock(path, crate::lock::Mode::Exclusive, what, &mut |m| {
+        progress(m)
+    })
+    .map_err(|e| match e {
+        crate::lock::LockError::Io { path, source } => KernelError::io(path, source),
+        busy => KernelError::io(path, std::io::Error::other(busy.to_string())),
+    })
+}
+
 /// A staging directory for `key`, removed on drop unless committed.
 pub struct Staging {
     pub dir: PathBuf,

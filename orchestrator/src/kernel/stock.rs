@@ -32,6 +32,16 @@ pub fn resolve(
     if let Some(a) = cache::load_entry(cache_root, &key)? {
         return Ok(a);
     }
+    let _lock = cache::lock_entry(
+        cache_root,
+        &key,
+        &format!("kernel {} in the cache", desc.name),
+        progress,
+    )?;
+    // Another process may have installed it while we waited.
+    if let Some(a) = cache::load_entry(cache_root, &key)? {
+        return Ok(a);
+    }
     let deb = apt::fetch(
         cache_root,
         &Pin {
@@ -261,6 +271,79 @@ mod tests {
         assert!(
             err.contains("empty.deb") && err.contains("no data.tar"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_second_process_waits_for_the_install_and_uses_it() {
+        use std::cell::RefCell;
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        let t = tempfile::tempdir().unwrap();
+        let cache_root = t.path().to_path_buf();
+        // The .deb is downloaded and verified already: no apt-get.
+        let deb = cache::downloads_dir(&cache_root).join("linux-image-t_1.0.deb");
+        std::fs::create_dir_all(deb.parent().unwrap()).unwrap();
+        fake_deb(&deb, b"module");
+        let pin = PackagePin {
+            name: "linux-image-t".into(),
+            version: "1.0".into(),
+            sha256: sha256_file(&deb).unwrap(),
+        };
+        let desc = Descriptor {
+            name: "t".into(),
+            path: t.path().join("t.toml"),
+            text: String::new(),
+            modules: vec![],
+            kind: super::super::descriptor::Kind::DebianBinary(pin.clone()),
+        };
+        let k = key(&pin);
+        let holder = crate::lock::test_support::Holder::exclusive(
+            &cache::kernels_dir(&cache_root).join(format!(".{k}.lock")),
+        );
+        let (tx, rx) = mpsc::channel();
+        let root = cache_root.clone();
+        let worker = std::thread::spawn(move || {
+            let said = RefCell::new(Vec::new());
+            let a = resolve(&desc, &pin, &root, &|m: &str| {
+                said.borrow_mut().push(m.to_string())
+            });
+            tx.send(()).unwrap();
+            (a.map(|a| a.description), said.into_inner())
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "waits for the other process"
+        );
+        // The other process installs the entry, then lets go.
+        let entry = cache::entry_dir(&cache_root, &k);
+        std::fs::create_dir_all(&entry).unwrap();
+        std::fs::write(entry.join(BZIMAGE), b"theirs").unwrap();
+        Meta {
+            name: "t".into(),
+            key: k.clone(),
+            kind: KIND_DEBIAN_BINARY.into(),
+            release: "1.0-t".into(),
+            description: "installed by the other process".into(),
+            config_sha256: None,
+            patches: vec![],
+            has_modules: false,
+            modules: vec![],
+            inputs: Default::default(),
+            created_unix: 0,
+        }
+        .write(&entry)
+        .unwrap();
+        let pid = holder.pid();
+        holder.release();
+        let (description, said) = worker.join().unwrap();
+        assert_eq!(description.unwrap(), "installed by the other process");
+        assert_eq!(
+            said,
+            [format!(
+                "waiting for kernel t in the cache: in use by pid {pid}"
+            )]
         );
     }
 

@@ -162,18 +162,23 @@ pub fn build_argv(c: &VmConfig) -> Vec<String> {
     a
 }
 
+/// A host I/O error (ENOSPC on a full disk above all) reaches the guest as
+/// an I/O error on the device; QEMU's default for writes would pause the
+/// VM instead, which the testbed could only report as a hang.
+const ERROR_POLICY: &str = "werror=report,rerror=report";
+
 fn drive_opts(id: &str, b: &Backing) -> String {
     match b {
         Backing::File { path, direct } => {
             let cache = if *direct { "none" } else { "writeback" };
             format!(
-                "file={},if=none,id={id},format=raw,cache={cache}",
+                "file={},if=none,id={id},format=raw,cache={cache},{ERROR_POLICY}",
                 esc(path)
             )
         }
         Backing::Null { size, latency_ns } => {
             format!(
-                "driver=null-co,size={size},latency-ns={latency_ns},read-zeroes=on,if=none,id={id}"
+                "driver=null-co,size={size},latency-ns={latency_ns},read-zeroes=on,if=none,id={id},{ERROR_POLICY}"
             )
         }
     }
@@ -227,6 +232,51 @@ mod tests {
         }
     }
 
+    /// Every -drive, of every backend, makes a host I/O error (ENOSPC) a
+    /// guest I/O error instead of pausing the VM.
+    #[test]
+    fn every_drive_reports_host_errors_to_the_guest() {
+        let mut c = base();
+        let file = Backing::File {
+            path: "/r/a.img".into(),
+            direct: true,
+        };
+        let null = Backing::Null {
+            size: 1 << 20,
+            latency_ns: 0,
+        };
+        c.devices = vec![
+            QemuDevice::Nvme {
+                serial: "n".into(),
+                namespaces: vec![file.clone(), null.clone()],
+                logical_block_size: 512,
+                queues: None,
+            },
+            QemuDevice::VirtioBlk {
+                serial: "v".into(),
+                backing: file,
+                logical_block_size: 512,
+                queues: None,
+            },
+            QemuDevice::VirtioBlk {
+                serial: "z".into(),
+                backing: null,
+                logical_block_size: 512,
+                queues: None,
+            },
+        ];
+        let argv = build_argv(&c);
+        let drives: Vec<&String> = argv
+            .windows(2)
+            .filter(|w| w[0] == "-drive")
+            .map(|w| &w[1])
+            .collect();
+        assert_eq!(drives.len(), 4, "{argv:?}");
+        for d in drives {
+            assert!(d.ends_with(",werror=report,rerror=report"), "{d}");
+        }
+    }
+
     #[test]
     fn golden_tcg_with_nvme_file() {
         let mut c = base();
@@ -250,7 +300,7 @@ mod tests {
              -chardev socket,id=agent,path=/r/agent.sock,server=on,wait=off \
              -device virtserialport,bus=vser0.0,chardev=agent,name=org.testbed.agent \
              -device nvme,id=nvme0,serial=data,max_ioqpairs=2 \
-             -drive file=/r/data.img,if=none,id=nvme0n1,format=raw,cache=none \
+             -drive file=/r/data.img,if=none,id=nvme0n1,format=raw,cache=none,werror=report,rerror=report \
              -device nvme-ns,drive=nvme0n1,bus=nvme0,nsid=1,logical_block_size=512,physical_block_size=512"
         );
     }
@@ -310,15 +360,15 @@ mod tests {
             "-device",
             "nvme,id=nvme0,serial=fast",
             "-drive",
-            "driver=null-co,size=1073741824,latency-ns=10000,read-zeroes=on,if=none,id=nvme0n1",
+            "driver=null-co,size=1073741824,latency-ns=10000,read-zeroes=on,if=none,id=nvme0n1,werror=report,rerror=report",
             "-device",
             "nvme-ns,drive=nvme0n1,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096",
             "-drive",
-            "file=/r/fast.ns2.img,if=none,id=nvme0n2,format=raw,cache=writeback",
+            "file=/r/fast.ns2.img,if=none,id=nvme0n2,format=raw,cache=writeback,werror=report,rerror=report",
             "-device",
             "nvme-ns,drive=nvme0n2,bus=nvme0,nsid=2,logical_block_size=4096,physical_block_size=4096",
             "-drive",
-            "file=/r/cmp.img,if=none,id=vblk1,format=raw,cache=none",
+            "file=/r/cmp.img,if=none,id=vblk1,format=raw,cache=none,werror=report,rerror=report",
             "-device",
             "virtio-blk-pci,drive=vblk1,serial=cmp,logical_block_size=512,physical_block_size=512,num-queues=4",
             "-device",

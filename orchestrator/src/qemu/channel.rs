@@ -1,11 +1,16 @@
 //! The host end of the agent channel: a Unix socket QEMU serves for the
 //! virtio-serial port (or a child's stdio in host mode). A reader thread
 //! turns lines into messages so the caller can wait with a timeout.
+//!
+//! Everything from the guest is bounded: a line longer than
+//! `protocol::MAX_LINE` is read past and reported, never held, and the queue
+//! between the reader and the caller holds at most `QUEUE` messages, so a
+//! guest that talks faster than the host listens is slowed, not buffered.
 
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::time::{Duration, Instant};
 
 use testbed_agent::protocol::{self, GuestMsg, HostMsg, ProtocolError};
@@ -20,9 +25,16 @@ pub enum ChannelError {
     NoSocket { path: String, waited: Duration },
     #[error("agent channel: {0}")]
     Protocol(#[from] ProtocolError),
+    /// One line was not a message (malformed or too long); the channel
+    /// goes on.
+    #[error("the guest sent a bad message: {0}")]
+    BadMessage(ProtocolError),
     #[error("agent channel closed")]
     Closed,
 }
+
+/// Messages read ahead of the caller, at most.
+pub const QUEUE: usize = 64;
 
 pub struct Channel {
     rx: Receiver<Result<GuestMsg, ProtocolError>>,
@@ -65,11 +77,13 @@ impl Channel {
         mut reader: R,
         writer: Box<dyn Write + Send>,
     ) -> Channel {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(QUEUE);
         std::thread::spawn(move || {
             loop {
                 let msg = protocol::recv::<_, GuestMsg>(&mut reader);
-                let end = msg.is_err();
+                // A bad line is reported and the next one read; the end of
+                // the stream or an I/O error ends the reader.
+                let end = msg.as_ref().is_err_and(|e| !e.is_recoverable());
                 if tx.send(msg).is_err() || end {
                     return;
                 }
@@ -88,6 +102,7 @@ impl Channel {
         match self.rx.recv_timeout(timeout) {
             Ok(Ok(m)) => Ok(Some(m)),
             Ok(Err(ProtocolError::Closed)) => Err(ChannelError::Closed),
+            Ok(Err(e)) if e.is_recoverable() => Err(ChannelError::BadMessage(e)),
             Ok(Err(e)) => Err(e.into()),
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Err(ChannelError::Closed),

@@ -119,18 +119,19 @@ pub fn constant_column(name: &str, value: &Scalar, rows: usize) -> (Field, Array
 /// A tag column from per-row values: Int64 when every present value is an
 /// integer (e.g. `hop`), else Utf8; null where a row has no such tag.
 pub fn tag_column(name: &str, values: &[Option<&str>]) -> (Field, ArrayRef) {
-    let ints: Option<Vec<Option<i64>>> = values
-        .iter()
-        .map(|v| match v {
-            None => Some(None),
-            Some(s) => s.parse::<i64>().ok().map(Some),
-        })
-        .collect();
-    match ints {
-        Some(ints) if values.iter().any(Option::is_some) => {
+    let int = values.iter().any(Option::is_some)
+        && values.iter().flatten().all(|s| s.parse::<i64>().is_ok());
+    tag_column_as(name, values, int)
+}
+
+/// A tag column of a type decided beforehand (every batch of one file must
+/// agree): Int64 when `int`, which the caller checked every value allows.
+pub fn tag_column_as(name: &str, values: &[Option<&str>], int: bool) -> (Field, ArrayRef) {
+    match int {
+        true => {
             let mut b = Int64Builder::with_capacity(values.len());
-            for v in ints {
-                b.append_option(v);
+            for v in values {
+                b.append_option(v.and_then(|s| s.parse::<i64>().ok()));
             }
             (
                 Field::new(name, DataType::Int64, true),

@@ -65,6 +65,20 @@ pub struct Inputs {
     pub files: BTreeMap<String, serde_json::Value>,
 }
 
+/// `inputs.forced_resume`: one entry per `--resume --force` that continued
+/// this run with inputs other than its earlier attempt's (what differed,
+/// both values, when), so the manifest says its points do not all share
+/// the inputs it lists. (Kept among the inputs' records by name, as the
+/// other input records are.)
+pub const FORCED_RESUME: &str = "forced_resume";
+
+impl Inputs {
+    /// The sha256 an input file's record holds (`agent`, a helper, ...).
+    pub fn file_sha256(&self, name: &str) -> Option<&str> {
+        self.files.get(name)?.get("sha256")?.as_str()
+    }
+}
+
 /// What the guest said about itself at its first boot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

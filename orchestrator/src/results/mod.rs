@@ -4,7 +4,9 @@
 
 pub mod columns;
 pub mod manifest;
+pub mod merge;
 pub mod rundir;
 pub mod samples;
+pub mod spill;
 pub mod summary_table;
 pub mod upgrade;

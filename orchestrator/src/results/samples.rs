@@ -3,7 +3,7 @@
 //! `value`, `unit`, `thread`, `seq`, then `param_<field>` for every field of
 //! the point's resolved workload and sweep axis, then `tag_<key>` per tag.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use parquet::file::properties::WriterProperties;
 use testbed_agent::protocol::SampleChunk;
 
 use super::columns;
+use super::spill::SpillFile;
 use crate::plan::Point;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,69 @@ pub fn point_batch(
     boot: u32,
     chunks: &[SampleChunk],
 ) -> Result<RecordBatch, SamplesError> {
+    let mut tag_types: BTreeMap<String, bool> = BTreeMap::new();
+    for c in chunks {
+        for (k, v) in &c.tags {
+            *tag_types.entry(k.clone()).or_insert(true) &= v.parse::<i64>().is_ok();
+        }
+    }
+    let params = columns::point_params(&point.workload.resolved(), &point.params);
+    rows_batch(run_id, point, boot, chunks, &params, &tag_types)
+}
+
+/// Rows of a point per parquet row group: bounds the memory of writing one.
+const BATCH_ROWS: usize = 65_536;
+
+/// Writes a finished point's spilled samples to `out`, a batch at a time
+/// (atomically: nothing is left at `out` on failure). Returns the rows.
+pub fn write_point(
+    run_id: &str,
+    point: &Point,
+    boot: u32,
+    spill: &SpillFile,
+    out: &Path,
+) -> Result<u64, SamplesError> {
+    let params = columns::point_params(&point.workload.resolved(), &point.params);
+    let tag_types = &spill.summary.tag_keys;
+    let empty = rows_batch(run_id, point, boot, &[], &params, tag_types)?;
+    let mut file = ParquetOut::create(out, empty.schema())?;
+    let mut pending: Vec<SampleChunk> = Vec::new();
+    let mut pending_rows = 0;
+    let mut rows = 0u64;
+    let chunks = spill.chunks().map_err(|e| file_err(out, e))?;
+    for c in chunks {
+        let c = c.map_err(|e| file_err(out, e))?;
+        pending_rows += c.values.len();
+        pending.push(c);
+        if pending_rows >= BATCH_ROWS {
+            file.write(&rows_batch(
+                run_id, point, boot, &pending, &params, tag_types,
+            )?)?;
+            rows += pending_rows as u64;
+            pending.clear();
+            pending_rows = 0;
+        }
+    }
+    if pending_rows > 0 || rows == 0 {
+        file.write(&rows_batch(
+            run_id, point, boot, &pending, &params, tag_types,
+        )?)?;
+        rows += pending_rows as u64;
+    }
+    file.finish()?;
+    Ok(rows)
+}
+
+/// One batch of a point's rows: the fixed columns, its parameters as
+/// constant columns, and a column per tag key (typed as `tag_types` says).
+fn rows_batch(
+    run_id: &str,
+    point: &Point,
+    boot: u32,
+    chunks: &[SampleChunk],
+    params: &BTreeMap<String, columns::Scalar>,
+    tag_types: &BTreeMap<String, bool>,
+) -> Result<RecordBatch, SamplesError> {
     let rows: usize = chunks.iter().map(|c| c.values.len()).sum();
     let mut b = Builders::new(rows);
     for c in chunks {
@@ -53,19 +117,17 @@ pub fn point_batch(
     }
     let mut fields = fixed_fields();
     let mut columns = b.finish();
-    let params = columns::point_params(&point.workload.resolved(), &point.params);
-    for (name, value) in &params {
+    for (name, value) in params {
         let (f, c) = columns::constant_column(&columns::column_name("param", name), value, rows);
         fields.push(f);
         columns.push(c);
     }
-    let tag_keys: BTreeSet<&String> = chunks.iter().flat_map(|c| c.tags.keys()).collect();
-    for key in tag_keys {
+    for (key, int) in tag_types {
         let values: Vec<Option<&str>> = chunks
             .iter()
             .flat_map(|c| std::iter::repeat_n(c.tags.get(key).map(String::as_str), c.values.len()))
             .collect();
-        let (f, c) = columns::tag_column(&columns::column_name("tag", key), &values);
+        let (f, c) = columns::tag_column_as(&columns::column_name("tag", key), &values, *int);
         fields.push(f);
         columns.push(c);
     }
@@ -151,22 +213,78 @@ pub fn write_parquet(
     schema: SchemaRef,
     batches: &[RecordBatch],
 ) -> Result<(), SamplesError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
-    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| file_err(dir, e))?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_created_by("testbed".into())
-        .build();
-    let file = tmp.reopen().map_err(|e| file_err(path, e))?;
-    let mut w = ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| file_err(path, e))?;
+    let mut out = ParquetOut::create(path, schema)?;
     for b in batches {
-        w.write(b).map_err(|e| file_err(path, e))?;
+        out.write(b)?;
     }
-    let file = w.into_inner().map_err(|e| file_err(path, e))?;
-    file.sync_all().map_err(|e| file_err(path, e))?;
-    tmp.persist(path).map_err(|e| file_err(path, e.error))?;
-    Ok(())
+    out.finish()
+}
+
+/// A parquet file being written batch by batch into a temporary file next
+/// to its final path; `finish` syncs and renames it into place, and a
+/// writer dropped unfinished leaves nothing behind.
+pub struct ParquetOut {
+    path: PathBuf,
+    tmp: tempfile::TempPath,
+    writer: ArrowWriter<File>,
+}
+
+impl ParquetOut {
+    pub fn create(path: &Path, schema: SchemaRef) -> Result<ParquetOut, SamplesError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| file_err(dir, e))?;
+        let (file, tmp) = tempfile::NamedTempFile::new_in(dir)
+            .map_err(|e| file_err(dir, e))?
+            .into_parts();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_created_by("testbed".into())
+            .build();
+        let writer =
+            ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| file_err(path, e))?;
+        Ok(ParquetOut {
+            path: path.to_path_buf(),
+            tmp,
+            writer,
+        })
+    }
+
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), SamplesError> {
+        self.writer
+            .write(batch)
+            .map_err(|e| file_err(&self.path, e))?;
+        // Flush each batch out as its own row group: memory stays bounded.
+        self.writer.flush().map_err(|e| file_err(&self.path, e))
+    }
+
+    pub fn finish(self) -> Result<(), SamplesError> {
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|e| file_err(&self.path, e))?;
+        file.sync_all().map_err(|e| file_err(&self.path, e))?;
+        self.tmp
+            .persist(&self.path)
+            .map_err(|e| file_err(&self.path, e.error))?;
+        Ok(())
+    }
+}
+
+/// The tag keys of a point's sample file (from its footer), empty if it
+/// cannot be read.
+pub fn tag_keys(path: &Path) -> Vec<String> {
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    let Ok(builder) = ParquetRecordBatchReaderBuilder::try_new(file) else {
+        return Vec::new();
+    };
+    builder
+        .schema()
+        .fields()
+        .iter()
+        .filter_map(|f| f.name().strip_prefix("tag_").map(str::to_string))
+        .collect()
 }
 
 /// Reads every batch of a parquet file, naming the file on any damage.
@@ -189,18 +307,8 @@ pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), Sample
 
 /// Merges per-point files into one table with the union of their columns.
 pub fn merge(files: &[PathBuf], out: &Path) -> Result<usize, SamplesError> {
-    let mut all = Vec::new();
-    for f in files {
-        all.extend(read_parquet(f)?.1);
-    }
-    let unified = unify(&all)?;
-    let rows = unified.iter().map(RecordBatch::num_rows).sum();
-    let schema = match unified.first() {
-        Some(b) => b.schema(),
-        None => Arc::new(Schema::empty()),
-    };
-    write_parquet(out, schema, &unified)?;
-    Ok(rows)
+    // Streamed, in bounded memory.
+    super::merge::merge(files, out)
 }
 
 /// Batches with the union of their columns: fixed columns first (in the
@@ -280,6 +388,7 @@ mod tests {
                 testbed_agent::workload::fault::FaultParams {
                     mode: testbed_agent::workload::fault::FaultMode::Error,
                     after_s: 0.0,
+                    size: 1000,
                 },
             ),
             seed: 1,
@@ -336,6 +445,7 @@ mod tests {
                 "param_after_s",
                 "param_kind",
                 "param_mode",
+                "param_size",
                 "param_threads",
                 "tag_engine",
                 "tag_hop"

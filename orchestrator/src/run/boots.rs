@@ -1,11 +1,11 @@
 //! Running the points: boot after boot until every point has an outcome,
 //! each stored as it finishes; then the tables and the final manifest.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{RunError, RunOptions, RunResult, setup};
+use super::{RunError, RunOptions, RunResult};
 use crate::executor::{BootError, Executor, PointOutcome};
 use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
@@ -19,6 +19,8 @@ pub(super) struct Ended {
     records: BTreeMap<String, PointRecord>,
     stop: Option<RunStatus>,
     fatal: Option<String>,
+    /// Every point of the plan, by id: a complete run has each stored.
+    planned: Vec<String>,
 }
 
 pub(super) fn run_boots(
@@ -54,7 +56,21 @@ pub(super) fn run_boots(
     // The executor reports boot events while on_point reports points: both
     // go to the one progress renderer, never at the same time.
     let progress_cell = std::cell::RefCell::new(&mut *progress);
-    let mut boot_index = m.boots.len() as u32;
+    // After every boot an earlier attempt made (listed, in a record, or
+    // with logs left), so none of its logs is overwritten.
+    let after_earlier = m
+        .boots
+        .iter()
+        .map(|b| b.index.saturating_add(1))
+        .chain(records.values().map(|r| r.boot.saturating_add(1)))
+        .fold(m.boots.len() as u32, u32::max);
+    let mut boot_index = rd.next_boot_index(after_earlier);
+    // Tag keys of the whole run: each is a column of every merged row.
+    let mut run_tags: BTreeSet<String> = records
+        .values()
+        .filter(|r| r.ok)
+        .flat_map(|r| samples::tag_keys(&rd.point_samples(&r.id)))
+        .collect();
     let mut stop: Option<RunStatus> = None;
     let mut fatal: Option<String> = None;
     while !queue.is_empty() && stop.is_none() {
@@ -63,9 +79,18 @@ pub(super) fn run_boots(
             BootPolicy::PerPoint => queue[..1].to_vec(),
         };
         let mut failed_fast = false;
+        // A point that cannot be stored fails the run: going on would
+        // leave it out of a run that looks complete.
+        let mut store_failed: Option<String> = None;
         let run_id = m.run_id.clone();
         let mut on_point = |point: &Point, outcome: PointOutcome| -> Result<(), String> {
-            let rec = store_point(rd, &run_id, point, outcome, boot_index)?;
+            let id = point.id();
+            let outcome = bound_run_tags(outcome, &mut run_tags);
+            let rec = store_point(rd, &run_id, point, outcome, boot_index).map_err(|e| {
+                let e = format!("could not store point {id}: {e}");
+                store_failed = Some(e.clone());
+                e
+            })?;
             progress_note(&rec, &mut **progress_cell.borrow_mut());
             let ok = rec.ok;
             records.insert(rec.id.clone(), rec);
@@ -110,16 +135,24 @@ pub(super) fn run_boots(
         if crate::executor::interrupted() {
             stop = Some(RunStatus::Interrupted);
         }
+        // Whatever else ended the boot, a lost point is what to report.
+        if let Some(e) = store_failed {
+            fatal = Some(e);
+            stop = Some(RunStatus::Failed);
+        }
     }
 
     Ended {
         records,
         stop,
         fatal,
+        planned: plan.points.iter().map(Point::id).collect(),
     }
 }
 
-/// Writes the tables of what is done and the final manifest.
+/// Writes the tables of what is done and the final manifest. The manifest
+/// says complete only if every planned point has its record and every
+/// finished point its whole samples file.
 pub(super) fn finish(
     rd: &RunDir,
     mut m: Manifest,
@@ -127,11 +160,31 @@ pub(super) fn finish(
     started: Instant,
 ) -> Result<RunResult, RunError> {
     let Ended {
-        records,
-        stop,
-        fatal,
+        mut records,
+        mut stop,
+        mut fatal,
+        planned,
     } = ended;
     let dir = rd.root.clone();
+    // A run that stopped early lacks points by design: check what it has.
+    let must_have: Vec<String> = if stop.is_none() {
+        planned
+    } else {
+        records.keys().cloned().collect()
+    };
+    let lost = verify_stored(rd, &must_have, &mut records);
+    if !lost.is_empty() {
+        let text = format!(
+            "{} point(s) not stored whole, run them again with --resume:\n  {}",
+            lost.len(),
+            lost.join("\n  ")
+        );
+        fatal = Some(match fatal {
+            Some(f) => format!("{f}\n{text}"),
+            None => text,
+        });
+        stop = Some(RunStatus::Failed);
+    }
     // Merge what is done, whatever happened; failed points are listed, not drawn.
     let mut ok_files: Vec<PathBuf> = records
         .values()
@@ -140,11 +193,23 @@ pub(super) fn finish(
         .collect();
     ok_files.sort();
     if !ok_files.is_empty() {
-        samples::merge(&ok_files, &rd.samples()).map_err(setup("merge samples"))?;
-        let done: Vec<&PointRecord> = records.values().filter(|r| r.ok).collect();
-        let table = summary_table::batch(&m.run_id, &done).map_err(setup("summary table"))?;
-        samples::write_parquet(&rd.summary(), table.schema(), &[table])
-            .map_err(setup("summary table"))?;
+        let tables = samples::merge(&ok_files, &rd.samples())
+            .map_err(|e| format!("merge samples: {e}"))
+            .and_then(|_| {
+                let done: Vec<&PointRecord> = records.values().filter(|r| r.ok).collect();
+                let table = summary_table::batch(&m.run_id, &done)
+                    .map_err(|e| format!("summary table: {e}"))?;
+                samples::write_parquet(&rd.summary(), table.schema(), &[table])
+                    .map_err(|e| format!("summary table: {e}"))
+            });
+        // The manifest is still written, saying the run failed and why.
+        if let Err(e) = tables {
+            fatal = Some(match fatal {
+                Some(f) => format!("{f}\n{e}"),
+                None => e,
+            });
+            stop = Some(RunStatus::Failed);
+        }
     }
     m.points = records.values().cloned().collect();
     let any_failed = m.points.iter().any(|p| !p.ok);
@@ -166,6 +231,38 @@ pub(super) fn finish(
     }
 }
 
+/// Checks that each of `ids` has its record on disk and, if finished, its
+/// whole samples file; a finished point whose file is not whole is marked
+/// failed in `records` (so it is neither merged nor counted as done).
+/// Returns one line per point that is not stored whole.
+fn verify_stored(
+    rd: &RunDir,
+    ids: &[String],
+    records: &mut BTreeMap<String, PointRecord>,
+) -> Vec<String> {
+    let (on_disk, _) = rd.scan_records();
+    let mut lost = Vec::new();
+    for id in ids {
+        if !on_disk.contains_key(id) {
+            lost.push(format!(
+                "{id}: no record ({} is missing or unreadable)",
+                rd.point_record(id).display()
+            ));
+            continue;
+        }
+        let Some(rec) = records.get_mut(id) else {
+            lost.push(format!("{id}: stored by no boot of this run"));
+            continue;
+        };
+        if let Err(why) = rd.check_point(rec) {
+            lost.push(format!("{id}: {why}"));
+            rec.ok = false;
+            rec.error = Some(format!("samples not stored whole: {why}"));
+        }
+    }
+    lost
+}
+
 fn progress_note(rec: &PointRecord, progress: &mut dyn Progress) {
     let note = match (&rec.error, rec.wall_s) {
         (Some(e), _) => e.lines().next().unwrap_or("").to_string(),
@@ -177,6 +274,35 @@ fn progress_note(rec: &PointRecord, progress: &mut dyn Progress) {
         ok: rec.ok,
         note,
     });
+}
+
+/// Distinct tag keys one run may use: each becomes a column of every row
+/// of samples.parquet (a point may use `spill::MAX_TAG_KEYS`).
+pub const MAX_RUN_TAG_KEYS: usize = 64;
+
+/// The outcome, failed when its tag keys would take the run past
+/// `MAX_RUN_TAG_KEYS`; otherwise its keys join `seen`.
+fn bound_run_tags(outcome: PointOutcome, seen: &mut BTreeSet<String>) -> PointOutcome {
+    let PointOutcome::Done { samples, .. } = &outcome else {
+        return outcome;
+    };
+    let new: Vec<&String> = samples
+        .summary
+        .tag_keys
+        .keys()
+        .filter(|k| !seen.contains(*k))
+        .collect();
+    if seen.len() + new.len() > MAX_RUN_TAG_KEYS {
+        return PointOutcome::Failed {
+            error: format!(
+                "the guest sent samples the host refuses: the run would use more than {MAX_RUN_TAG_KEYS} distinct tag keys ({} before this point, {} new)",
+                seen.len(),
+                new.len()
+            ),
+        };
+    }
+    seen.extend(new.into_iter().cloned());
+    outcome
 }
 
 /// Writes a finished point: samples first, then its record (the record's
@@ -205,15 +331,14 @@ fn store_point(
     match outcome {
         PointOutcome::Done {
             summary,
-            chunks,
+            samples: spilled,
             wall_s,
         } => {
-            let batch =
-                samples::point_batch(run_id, point, boot, &chunks).map_err(|e| e.to_string())?;
-            samples::write_parquet(&rd.point_samples(&rec.id), batch.schema(), &[batch])
-                .map_err(|e| e.to_string())?;
+            let rows =
+                samples::write_point(run_id, point, boot, &spilled, &rd.point_samples(&rec.id))
+                    .map_err(|e| e.to_string())?;
             rec.ok = true;
-            rec.samples = chunks.iter().map(|c| c.values.len()).sum();
+            rec.samples = rows as usize;
             rec.wall_s = Some(wall_s);
             rec.summary = summary;
         }
@@ -223,6 +348,55 @@ fn store_point(
         }
     }
     let text = serde_json::to_vec_pretty(&rec).map_err(|e| e.to_string())?;
-    crate::fsutil::write_atomic(&rd.point_record(&rec.id), &text).map_err(|e| e.to_string())?;
+    let path = rd.point_record(&rec.id);
+    crate::fsutil::write_atomic(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::spill::SpillFile;
+    use testbed_agent::protocol::SampleChunk;
+
+    fn done_with_keys(dir: &std::path::Path, keys: std::ops::Range<usize>) -> PointOutcome {
+        let chunks: Vec<SampleChunk> = keys
+            .map(|i| SampleChunk {
+                job_id: 1,
+                metric: "m".into(),
+                unit: "ns".into(),
+                thread: 0,
+                first_seq: 0,
+                tags: BTreeMap::from([(format!("k{i}"), "v".to_string())]),
+                values: vec![1.0],
+            })
+            .collect();
+        PointOutcome::Done {
+            summary: BTreeMap::new(),
+            samples: SpillFile::from_chunks(dir, &chunks).unwrap(),
+            wall_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn tag_keys_are_bounded_per_run_not_only_per_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seen = BTreeSet::new();
+        // Four points of 16 new keys each fill the run's 64.
+        for p in 0..4 {
+            let o = bound_run_tags(done_with_keys(dir.path(), p * 16..p * 16 + 16), &mut seen);
+            assert!(matches!(o, PointOutcome::Done { .. }), "point {p}: {o:?}");
+        }
+        // Keys seen before are welcome; one more new one is not.
+        let again = bound_run_tags(done_with_keys(dir.path(), 0..16), &mut seen);
+        assert!(matches!(again, PointOutcome::Done { .. }));
+        let more = bound_run_tags(done_with_keys(dir.path(), 64..65), &mut seen);
+        match more {
+            PointOutcome::Failed { error } => {
+                assert!(error.contains("more than 64 distinct tag keys"), "{error}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(seen.len(), MAX_RUN_TAG_KEYS);
+    }
 }

@@ -106,6 +106,7 @@ pub(super) fn prepare(
                 devices: devices::host_refs(&prepared, &plan.devices),
                 timeouts: spec.timeouts.clone(),
                 env,
+                spill_dir: rd.points_dir(),
             })
         }
         ExecutorKind::Slurm => {

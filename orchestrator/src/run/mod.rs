@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::executor::Executor;
 use crate::paths;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::results::manifest::{self, Manifest};
+use crate::results::rundir::RunDir;
 use crate::spec::{AccelChoice, ExecutorKind, LoadedSpec};
 
 #[derive(Debug, Clone, Default)]
@@ -17,6 +19,9 @@ pub struct RunOptions {
     /// The run directory itself (default results/<experiment>/<run-id>).
     pub out: Option<PathBuf>,
     pub resume: bool,
+    /// With --resume: continue even if the testbed version, the agent or
+    /// the kernel differ from the earlier attempt's (the manifest says so).
+    pub force: bool,
     pub fail_fast: bool,
     pub results_root: Option<PathBuf>,
 }
@@ -29,6 +34,19 @@ pub enum RunError {
     Setup(String),
     #[error("interrupted; finished points are kept in {0} (continue with --resume --out {0})")]
     Interrupted(String),
+    /// --resume without --force, and the inputs differ from the earlier
+    /// attempt's (one line per input, both values).
+    #[error(
+        "--resume: this run's inputs differ from its earlier attempt's, so its points would not be comparable:\n  {}\nstart a new run, or resume anyway with --force (recorded in the manifest)",
+        differences.join("\n  ")
+    )]
+    InputsChanged {
+        dir: PathBuf,
+        differences: Vec<String>,
+    },
+    /// Another process holds the run directory (running or resuming it).
+    #[error("run directory {} is in use by {}", dir.display(), crate::lock::holder_text(*pid))]
+    InUse { dir: PathBuf, pid: Option<u32> },
 }
 
 fn setup<E: std::fmt::Display>(context: &str) -> impl Fn(E) -> RunError + '_ {
@@ -109,17 +127,578 @@ fn run_timed(
         ExecutorKind::Qemu => Some(vm::resolve_kernel(&loaded, &paths::cache_root())?),
         _ => None,
     };
-    let (rd, mut m) = start::begin(&loaded, spec_path, opts)?;
-    let mut executor = inputs::prepare(&loaded, &plan, kernel, &rd, &mut m, opts, progress)?;
+    let prepare = |rd: &RunDir, m: &mut Manifest, progress: &mut dyn Progress| {
+        inputs::prepare(&loaded, &plan, kernel, rd, m, opts, progress)
+    };
+    run_in_dir(&loaded, &plan, spec_path, opts, progress, started, prepare)
+}
+
+/// A checked spec's run: its directory started (or resumed) and held,
+/// the inputs and executor from `prepare`, the boots, the tables.
+fn run_in_dir(
+    loaded: &LoadedSpec,
+    plan: &Plan,
+    spec_path: &Path,
+    opts: &RunOptions,
+    progress: &mut dyn Progress,
+    started: Instant,
+    prepare: impl FnOnce(
+        &RunDir,
+        &mut Manifest,
+        &mut dyn Progress,
+    ) -> Result<Box<dyn Executor>, RunError>,
+) -> Result<RunResult, RunError> {
+    let start::Started {
+        rd,
+        mut m,
+        lock: _lock,
+        earlier,
+        rerun,
+    } = start::begin(loaded, spec_path, opts)?;
+    start::announce_reruns(&rerun, progress);
+    let mut executor = prepare(&rd, &mut m, progress)?;
+    // The inputs are known only now; the earlier manifest stays as it was
+    // unless they pass.
+    if let Some(earlier) = &earlier {
+        start::check_resume_inputs(earlier, &rd, &mut m, opts.force, progress)?;
+    }
     manifest::write(&rd.manifest(), &m).map_err(RunError::Setup)?;
     let ended = boots::run_boots(
         executor.as_mut(),
-        &plan,
+        plan,
         &rd,
         &mut m,
-        spec.vm.boot,
+        loaded.spec.vm.boot,
         opts,
         progress,
     );
     boots::finish(&rd, m, ended, started)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The run's steps with a stand-in executor (no agent, no VM) and real
+    //! files: storing, finishing, resuming and holding the run directory.
+
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use testbed_agent::protocol::SampleChunk;
+
+    use super::*;
+    use crate::executor::{BootError, BootRecord, OnPoint, PointOutcome};
+    use crate::plan::Point;
+    use crate::progress::{Collect, Event};
+    use crate::results::spill::SpillFile;
+
+    /// What the stand-in does with a point: its outcome (None: the point
+    /// is left without one, as a broken executor might).
+    type Script = Box<dyn FnMut(u32, &Point, &Path) -> Option<PointOutcome>>;
+
+    /// An executor that runs the points of a boot in order as `script`
+    /// says, as the real session does: a refused outcome stops the boot.
+    /// It writes each boot's console log (named as the QEMU executor names
+    /// them) and notes the boot indices it was given.
+    struct Standin {
+        dir: PathBuf,
+        script: Script,
+        boots: Rc<RefCell<Vec<u32>>>,
+        limits: Limits,
+    }
+
+    /// Where the stand-in stops short.
+    #[derive(Clone, Copy, Default)]
+    struct Limits {
+        /// From this boot on it fails as a VM that never starts.
+        fail_from_boot: Option<u32>,
+        /// A boot ends (as if it died) after this many points.
+        points_per_boot: Option<usize>,
+    }
+
+    fn boot_record(index: u32) -> BootRecord {
+        serde_json::from_value(serde_json::json!({
+            "index": index, "hello": null, "ready_ms": null, "points": [],
+            "ended": "shutdown", "argv": ["standin"],
+        }))
+        .unwrap()
+    }
+
+    impl Executor for Standin {
+        fn run_boot(
+            &mut self,
+            index: u32,
+            points: &[Point],
+            on_point: &mut OnPoint<'_>,
+            events: &mut dyn FnMut(Event),
+        ) -> Result<(BootRecord, usize), BootError> {
+            self.boots.borrow_mut().push(index);
+            let label = if index == 0 {
+                String::new()
+            } else {
+                format!(".boot{index}")
+            };
+            std::fs::write(
+                self.dir.join(format!("console{label}.log")),
+                format!("boot {index}\n"),
+            )
+            .unwrap();
+            if self.limits.fail_from_boot.is_some_and(|b| index >= b) {
+                return Err(BootError::Failed("the stand-in VM did not start".into()));
+            }
+            events(Event::BootStarted {
+                index,
+                accel: "standin".into(),
+            });
+            let mut record = boot_record(index);
+            let spill = self.dir.join("spill");
+            std::fs::create_dir_all(&spill).unwrap();
+            let n = self.limits.points_per_boot.unwrap_or(points.len());
+            for p in points.iter().take(n) {
+                events(Event::PointStarted {
+                    id: p.id(),
+                    label: p.label(),
+                });
+                record.points.push(p.id());
+                let Some(outcome) = (self.script)(index, p, &spill) else {
+                    continue;
+                };
+                if let Err(e) = on_point(p, outcome) {
+                    record.ended = format!("stopped: {e}");
+                    let handled = record.points.len();
+                    return Ok((record, handled));
+                }
+            }
+            let handled = record.points.len();
+            Ok((record, handled))
+        }
+    }
+
+    /// A finished point with `n` samples.
+    fn done(spill: &Path, n: usize) -> PointOutcome {
+        let chunk: SampleChunk = serde_json::from_value(serde_json::json!({
+            "job_id": 1, "metric": "lat", "unit": "ns", "thread": 0, "first_seq": 0,
+            "values": (0..n).map(|i| i as f64).collect::<Vec<_>>(),
+        }))
+        .unwrap();
+        PointOutcome::Done {
+            summary: Default::default(),
+            samples: SpillFile::from_chunks(spill, &[chunk]).unwrap(),
+            wall_s: 0.1,
+        }
+    }
+
+    /// Every point finishes, point r<k> with k + 2 samples.
+    fn all_done() -> Script {
+        Box::new(|_, p, spill| Some(done(spill, p.rep as usize + 2)))
+    }
+
+    struct Case {
+        _t: tempfile::TempDir,
+        spec: PathBuf,
+        out: PathBuf,
+        boots: Rc<RefCell<Vec<u32>>>,
+    }
+
+    /// A host-executor spec with three repetitions of one point.
+    fn case() -> Case {
+        let t = tempfile::tempdir().unwrap();
+        let spec = t.path().join("s.toml");
+        std::fs::write(
+            &spec,
+            "[experiment]\nname = \"t\"\nexecutor = \"host\"\nrepetitions = 3\n\n[workload]\nkind = \"fault\"\nmode = \"error\"\n",
+        )
+        .unwrap();
+        let out = t.path().join("run");
+        Case {
+            _t: t,
+            spec,
+            out,
+            boots: Rc::default(),
+        }
+    }
+
+    /// The agent and kernel a stand-in run records as its inputs.
+    #[derive(Clone)]
+    struct Inputs {
+        agent: &'static str,
+        kernel: &'static str,
+    }
+
+    const INPUTS: Inputs = Inputs {
+        agent: "aaaa",
+        kernel: "k1",
+    };
+
+    impl Case {
+        fn run(
+            &self,
+            resume: bool,
+            force: bool,
+            inputs: Inputs,
+            script: Script,
+            limits: Limits,
+            progress: &mut Collect,
+        ) -> Result<RunResult, RunError> {
+            let (loaded, plan) = check_spec(&self.spec).unwrap();
+            let opts = RunOptions {
+                out: Some(self.out.clone()),
+                resume,
+                force,
+                ..RunOptions::default()
+            };
+            let dir = self.out.clone();
+            let boots = self.boots.clone();
+            let prepare = move |_: &RunDir, m: &mut Manifest, _: &mut dyn Progress| {
+                m.inputs.files.insert(
+                    "agent".into(),
+                    serde_json::json!({"path": "/agent", "sha256": inputs.agent}),
+                );
+                m.inputs.kernel = Some(manifest::KernelInput {
+                    name: "vm-base".into(),
+                    key: inputs.kernel.into(),
+                    release: "6.1.0".into(),
+                    ..Default::default()
+                });
+                Ok(Box::new(Standin {
+                    dir,
+                    script,
+                    boots,
+                    limits,
+                }) as Box<dyn Executor>)
+            };
+            run_in_dir(
+                &loaded,
+                &plan,
+                &self.spec,
+                &opts,
+                progress,
+                Instant::now(),
+                prepare,
+            )
+        }
+
+        fn fresh(&self, script: Script) -> Result<RunResult, RunError> {
+            self.run(
+                false,
+                false,
+                INPUTS,
+                script,
+                Limits::default(),
+                &mut Collect(Vec::new()),
+            )
+        }
+
+        fn resume(&self, progress: &mut Collect) -> Result<RunResult, RunError> {
+            self.run(true, false, INPUTS, all_done(), Limits::default(), progress)
+        }
+
+        fn manifest(&self) -> Manifest {
+            manifest::read(&self.out.join("manifest.json")).unwrap()
+        }
+
+        fn ids(&self) -> Vec<String> {
+            self.manifest()
+                .points
+                .iter()
+                .map(|p| p.id.clone())
+                .collect()
+        }
+    }
+
+    const IDS: [&str; 3] = ["p0000-r00", "p0000-r01", "p0000-r02"];
+
+    #[test]
+    fn a_point_that_cannot_be_stored_fails_the_run_loudly() {
+        let c = case();
+        // Something in the way of the second point's samples file, as the
+        // first point runs.
+        let blocked = c.out.join("points/p0000-r01.parquet");
+        let in_the_way = blocked.clone();
+        let e = c
+            .fresh(Box::new(move |_, p, spill| {
+                std::fs::create_dir_all(in_the_way.join("x")).unwrap();
+                Some(done(spill, p.rep as usize + 2))
+            }))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("could not store point p0000-r01"), "{e}");
+        assert!(
+            e.contains(&blocked.display().to_string()),
+            "names the file: {e}"
+        );
+        assert!(e.contains("os error"), "says what the system said: {e}");
+        assert!(!e.contains("fail-fast"), "{e}");
+        let m = c.manifest();
+        assert_eq!(m.status, manifest::RunStatus::Failed);
+        assert_eq!(c.ids(), ["p0000-r00"], "nothing after the lost point ran");
+        // Once the way is clear, --resume stores it and completes.
+        std::fs::remove_dir_all(&blocked).unwrap();
+        let r = c.resume(&mut Collect(Vec::new())).unwrap();
+        assert_eq!(r.manifest.status, manifest::RunStatus::Complete);
+        assert_eq!(c.ids(), IDS);
+    }
+
+    #[test]
+    fn a_run_missing_a_point_or_its_samples_is_never_complete() {
+        // The executor handles every point but never hands over the second.
+        let c = case();
+        let e = c
+            .fresh(Box::new(|_, p, spill| (p.rep != 1).then(|| done(spill, 2))))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p0000-r01: no record"), "{e}");
+        assert_eq!(c.manifest().status, manifest::RunStatus::Failed);
+
+        // A samples file damaged after it was stored.
+        let c = case();
+        let out = c.out.clone();
+        let e = c
+            .fresh(Box::new(move |_, p, spill| {
+                if p.rep == 2 {
+                    std::fs::write(out.join("points/p0000-r01.parquet"), b"PAR1 torn").unwrap();
+                }
+                Some(done(spill, 2))
+            }))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p0000-r01: "), "{e}");
+        assert!(e.contains("not a readable parquet file"), "{e}");
+        let m = c.manifest();
+        assert_eq!(m.status, manifest::RunStatus::Failed);
+        let r01 = m.points.iter().find(|p| p.id == "p0000-r01").unwrap();
+        assert!(!r01.ok, "listed as not done, so neither drawn nor reused");
+        // The merged table holds the two whole points.
+        let (_, batches) =
+            crate::results::samples::read_parquet(&c.out.join("samples.parquet")).unwrap();
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
+    }
+
+    #[test]
+    fn resume_runs_damaged_points_again_and_says_so_first() {
+        let c = case();
+        c.fresh(all_done()).unwrap();
+        let points = c.out.join("points");
+        std::fs::remove_file(points.join("p0000-r00.parquet")).unwrap();
+        std::fs::write(points.join("p0000-r01.parquet"), b"PAR1 garbage").unwrap();
+        // A whole parquet file, but another point's: 2 rows, not 4.
+        let other = case();
+        other.fresh(all_done()).unwrap();
+        std::fs::copy(
+            other.out.join("points/p0000-r00.parquet"),
+            points.join("p0000-r02.parquet"),
+        )
+        .unwrap();
+        let mut progress = Collect(Vec::new());
+        let r = c.resume(&mut progress).unwrap();
+        assert_eq!(r.manifest.status, manifest::RunStatus::Complete);
+        let warned: Vec<&String> = progress
+            .0
+            .iter()
+            .filter_map(|e| match e {
+                Event::Warn(w) => Some(w),
+                _ => None,
+            })
+            .collect();
+        let first_boot = progress
+            .0
+            .iter()
+            .position(|e| matches!(e, Event::BootStarted { .. }))
+            .unwrap();
+        let last_warn = progress
+            .0
+            .iter()
+            .rposition(|e| matches!(e, Event::Warn(_)))
+            .unwrap();
+        assert!(
+            last_warn < first_boot,
+            "said before any point ran: {progress:?}",
+            progress = progress.0
+        );
+        let said = |id: &str, why: &str| {
+            assert!(
+                warned.iter().any(|w| w.contains(id) && w.contains(why)),
+                "{id}: {why} in {warned:?}"
+            )
+        };
+        said("p0000-r00", "No such file");
+        said("p0000-r01", "not a readable parquet file");
+        said("p0000-r02", "holds 2 rows, its record says 4");
+        // All three ran again, in one boot, and are whole now.
+        assert_eq!(*c.boots.borrow(), [0, 1]);
+        for p in &r.manifest.points {
+            crate::results::rundir::RunDir {
+                root: c.out.clone(),
+            }
+            .check_point(p)
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn resume_numbers_boots_after_the_earlier_attempt() {
+        let c = case();
+        // The first attempt stores one point, then its next boot fails.
+        let first = Limits {
+            fail_from_boot: Some(1),
+            points_per_boot: Some(1),
+        };
+        let e = c
+            .run(
+                false,
+                false,
+                INPUTS,
+                all_done(),
+                first,
+                &mut Collect(Vec::new()),
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("did not start"), "{e}");
+        assert_eq!(*c.boots.borrow(), [0, 1]);
+        // As if it had been killed: the manifest lists no boot.
+        let mut m = c.manifest();
+        m.boots.clear();
+        manifest::write(&c.out.join("manifest.json"), &m).unwrap();
+        c.boots.borrow_mut().clear();
+        let r = c.resume(&mut Collect(Vec::new())).unwrap();
+        assert_eq!(r.manifest.status, manifest::RunStatus::Complete);
+        assert_eq!(*c.boots.borrow(), [2], "after console.boot1.log");
+        let log = |name: &str| std::fs::read_to_string(c.out.join(name)).unwrap();
+        assert_eq!(
+            log("console.log"),
+            "boot 0\n",
+            "the first boot's log is kept"
+        );
+        assert_eq!(log("console.boot1.log"), "boot 1\n");
+        assert_eq!(log("console.boot2.log"), "boot 2\n");
+        // A finished manifest's boots are carried over by the next resume.
+        let again = c.resume(&mut Collect(Vec::new())).unwrap();
+        let listed: Vec<u32> = again.manifest.boots.iter().map(|b| b.index).collect();
+        assert_eq!(listed, [2]);
+    }
+
+    #[test]
+    fn resume_refuses_other_inputs_unless_forced_and_records_it() {
+        let c = case();
+        // Stopped after its first point, to be resumed.
+        let first = Limits {
+            fail_from_boot: Some(1),
+            points_per_boot: Some(1),
+        };
+        c.run(
+            false,
+            false,
+            INPUTS,
+            all_done(),
+            first,
+            &mut Collect(Vec::new()),
+        )
+        .unwrap_err();
+        let before = std::fs::read(c.out.join("manifest.json")).unwrap();
+        let other = Inputs {
+            agent: "bbbb",
+            kernel: "k2",
+        };
+        let e = c
+            .run(
+                true,
+                false,
+                other.clone(),
+                all_done(),
+                Limits::default(),
+                &mut Collect(Vec::new()),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent (sha256): earlier aaaa, now bbbb"), "{e}");
+        assert!(
+            e.contains("kernel: earlier vm-base 6.1.0 (key k1), now vm-base 6.1.0 (key k2)"),
+            "{e}"
+        );
+        assert!(e.contains("--force"), "{e}");
+        assert_eq!(*c.boots.borrow(), [0, 1], "no point ran");
+        assert_eq!(
+            std::fs::read(c.out.join("manifest.json")).unwrap(),
+            before,
+            "the earlier manifest is kept"
+        );
+        // Another testbed version is refused as well.
+        let mut m = c.manifest();
+        m.testbed_version = "0.0.1".into();
+        manifest::write(&c.out.join("manifest.json"), &m).unwrap();
+        let e = c
+            .run(
+                true,
+                false,
+                INPUTS,
+                all_done(),
+                Limits::default(),
+                &mut Collect(Vec::new()),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "testbed version: earlier 0.0.1, now {}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{e}"
+        );
+        // With --force it goes on, and the manifest says what differed.
+        let r = c
+            .run(
+                true,
+                true,
+                other,
+                all_done(),
+                Limits::default(),
+                &mut Collect(Vec::new()),
+            )
+            .unwrap();
+        assert_eq!(r.manifest.status, manifest::RunStatus::Complete);
+        let forced = &r.manifest.inputs.files[manifest::FORCED_RESUME];
+        let differs = forced[0]["differs"].as_array().unwrap();
+        let inputs: Vec<&str> = differs
+            .iter()
+            .map(|d| d["input"].as_str().unwrap())
+            .collect();
+        assert_eq!(inputs, ["testbed version", "agent (sha256)", "kernel"]);
+        assert_eq!(differs[1]["earlier"], "aaaa");
+        assert_eq!(differs[1]["now"], "bbbb");
+    }
+
+    #[test]
+    fn a_run_directory_in_use_is_refused_naming_the_process() {
+        let c = case();
+        // A run of this spec, which another process is running.
+        std::fs::create_dir_all(&c.out).unwrap();
+        std::fs::copy(&c.spec, c.out.join("spec.toml")).unwrap();
+        let holder = crate::lock::test_support::Holder::exclusive(&c.out.join(".lock"));
+        for resume in [false, true] {
+            let e = c
+                .run(
+                    resume,
+                    false,
+                    INPUTS,
+                    all_done(),
+                    Limits::default(),
+                    &mut Collect(Vec::new()),
+                )
+                .unwrap_err();
+            assert!(
+                matches!(e, RunError::InUse { pid: Some(p), .. } if p == holder.pid()),
+                "{e}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "run directory {} is in use by pid {}",
+                    c.out.display(),
+                    holder.pid()
+                )
+            );
+        }
+        assert!(c.boots.borrow().is_empty(), "nothing ran");
+        holder.release();
+        c.resume(&mut Collect(Vec::new())).unwrap();
+    }
 }

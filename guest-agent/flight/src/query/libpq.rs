@@ -12,10 +12,12 @@ use super::taxi::{self, Checksum, TABLE};
 use crate::error::{FlightError, Result};
 
 pub fn pg_err(context: &str, e: tokio_postgres::Error) -> FlightError {
-    let detail = e
-        .as_db_error()
-        .map(|d| format!(": {}", d.message()))
-        .unwrap_or_default();
+    // The cause ("password missing") is not part of the error's Display.
+    let detail = match (e.as_db_error(), std::error::Error::source(&e)) {
+        (Some(d), _) => format!(": {}", d.message()),
+        (None, Some(cause)) => format!(": {cause}"),
+        (None, None) => String::new(),
+    };
     FlightError::Other(format!("{context}: {e}{detail}"))
 }
 
@@ -23,9 +25,23 @@ pub fn pg_err(context: &str, e: tokio_postgres::Error) -> FlightError {
 pub async fn connect(conn: &str) -> Result<Client> {
     let (client, connection) = tokio_postgres::connect(conn, NoTls)
         .await
-        .map_err(|e| pg_err(&format!("connect to PostgreSQL ({conn})"), e))?;
+        .map_err(|e| pg_err(&format!("connect to PostgreSQL ({})", shown(conn)), e))?;
     tokio::spawn(connection);
     Ok(client)
+}
+
+/// `conn` without its password, for messages.
+fn shown(conn: &str) -> String {
+    conn.split_whitespace()
+        .map(|kv| {
+            if kv.starts_with("password=") {
+                "password=***"
+            } else {
+                kv
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Creates the table and loads `rows` generated rows with COPY (CSV).
@@ -126,4 +142,15 @@ pub async fn fetch(conn: &str, sql: &str) -> Result<Checksum> {
         add_row(&mut c, &row)?;
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_connection_string_is_shown_without_its_password() {
+        assert_eq!(
+            super::shown("host=127.0.0.1 port=5 password=s3cret user=postgres"),
+            "host=127.0.0.1 port=5 password=*** user=postgres"
+        );
+    }
 }

@@ -98,23 +98,24 @@ impl QueryReport {
     }
 }
 
-/// A directory that is removed on drop unless the user chose it.
-struct RunDir {
-    path: PathBuf,
-    owned: bool,
+/// Where the run's files go: the directory the user chose, or a private
+/// temporary one (mode 0700) removed on drop.
+enum RunDir {
+    Chosen(PathBuf),
+    Private(tempfile::TempDir),
 }
 
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        if self.owned {
-            let _ = std::fs::remove_dir_all(&self.path);
+impl RunDir {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            RunDir::Chosen(p) => p,
+            RunDir::Private(d) => d.path(),
         }
     }
 }
 
 fn write_parquet(path: &std::path::Path, seed: u64, rows: u64) -> Result<()> {
-    let file = std::fs::File::create(path)
-        .map_err(|e| FlightError::io(format!("create {}", path.display()), e))?;
+    let file = crate::private::create_new(path)?;
     let mut w = parquet::arrow::ArrowWriter::try_new(file, taxi::arrow_schema(), None)
         .map_err(|e| FlightError::Other(format!("parquet writer: {e}")))?;
     let step = 65_536u64;
@@ -151,30 +152,18 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         Some(p) => {
             std::fs::create_dir_all(p)
                 .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
-            RunDir {
-                path: p.clone(),
-                owned: false,
-            }
+            RunDir::Chosen(p.clone())
         }
-        None => {
-            let p =
-                std::env::temp_dir().join(format!("testbed-flight-query-{}", std::process::id()));
-            std::fs::create_dir_all(&p)
-                .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
-            RunDir {
-                path: p,
-                owned: true,
-            }
-        }
+        None => RunDir::Private(crate::private::tempdir("testbed-flight-query-")?),
     };
-    let mut pg = pg::PgCluster::start(&dir.path)?;
+    let mut pg = pg::PgCluster::start(dir.path())?;
     let conn = pg.conn_string();
     let rt = crate::cli::runtime(Some(2)).map_err(|e| FlightError::Other(e.to_string()))?;
 
     let t0 = Instant::now();
     rt.block_on(libpq::load(&conn, a.seed, table_rows))?;
     let load_seconds = t0.elapsed().as_secs_f64();
-    let parquet_path = dir.path.join("nyc_taxi.parquet");
+    let parquet_path = dir.path().join("nyc_taxi.parquet");
     let t0 = Instant::now();
     write_parquet(&parquet_path, a.seed, table_rows)?;
     let parquet_seconds = t0.elapsed().as_secs_f64();
@@ -210,12 +199,14 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
                 let got = match client {
                     #[cfg(feature = "odbc")]
                     QueryClient::OdbcRow => {
-                        odbc::fetch_rows(&odbc::connection_string(pg.port), &sql)
+                        odbc::fetch_rows(&odbc::connection_string(pg.port, pg.password()), &sql)
                     }
                     #[cfg(feature = "odbc")]
-                    QueryClient::OdbcBlock => {
-                        odbc::fetch_blocks(&odbc::connection_string(pg.port), &sql, a.batch_rows)
-                    }
+                    QueryClient::OdbcBlock => odbc::fetch_blocks(
+                        &odbc::connection_string(pg.port, pg.password()),
+                        &sql,
+                        a.batch_rows,
+                    ),
                     #[cfg(not(feature = "odbc"))]
                     QueryClient::OdbcRow | QueryClient::OdbcBlock => {
                         Err(FlightError::Param("built without ODBC".into()))

@@ -23,12 +23,13 @@ fn env() -> Result<&'static Environment> {
         .map_err(|e| FlightError::Other(format!("ODBC environment: {e}")))
 }
 
-/// psqlODBC over TCP. CommLog/Debug are forced off: Debian's odbcinst.ini
-/// turns CommLog on, which would time the log writes.
-pub fn connection_string(port: u16) -> String {
+/// psqlODBC over TCP, with the cluster's password (hex: no quoting). CommLog
+/// and Debug are forced off: Debian's odbcinst.ini turns CommLog on, which
+/// would time the log writes.
+pub fn connection_string(port: u16, password: &str) -> String {
     format!(
         "Driver={{PostgreSQL Unicode}};Server=127.0.0.1;Port={port};Database=postgres;\
-         Uid=postgres;Pwd=;CommLog=0;Debug=0;"
+         Uid=postgres;Pwd={password};CommLog=0;Debug=0;"
     )
 }
 

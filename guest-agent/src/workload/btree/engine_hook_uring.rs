@@ -15,8 +15,8 @@ use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
 use super::recorder::{Recorder, ns_since};
 use super::target::{Target, direct_buf};
 use crate::bpf::abi::ChainArgs;
-use crate::bpf::chain::chained_read_sqe;
 use crate::bpf::prog::Program;
+use crate::bpf::ring::Sqe;
 use crate::workload::WorkloadError;
 use crate::workload::randread::AlignedBuf;
 
@@ -46,7 +46,8 @@ impl HookUringEngine {
         mode: HookMode,
         batch: u32,
     ) -> Result<Self, WorkloadError> {
-        let (ring, batch) = LookupRing::new(batch, false)?;
+        // Our own ring: the io-uring crate cannot build this opcode's SQE.
+        let (ring, batch) = LookupRing::new_own(batch)?;
         let slots = (0..batch)
             .map(|_| {
                 Ok(Slot {
@@ -102,13 +103,12 @@ impl SlotEngine for HookUringEngine {
         s.job = begin(plan, rng);
         s.args = s.job.args(fd, prog_fd, s.buf.as_mut_slice(), mode);
         s.started = Instant::now();
+        let sqe = Sqe::chained_read(fd, &mut s.args, slot as u64);
         // SAFETY: the slot (args, scratch, buffer) lives in a boxed slice
         // that is neither moved nor freed while busy: the closed loop reaps
         // every queued chain before returning, and a broken ring leaks the
         // slots.
-        let entry = unsafe { chained_read_sqe(fd, &mut s.args, slot as u64) };
-        // SAFETY: as above.
-        unsafe { self.ring.push(&entry) }
+        unsafe { self.ring.push_sqe(&sqe) }
     }
 
     /// A chain is one request: its completion always ends the lookup.

@@ -8,6 +8,8 @@
 use io_uring::{IoUring, squeue};
 use rand_chacha::ChaCha8Rng;
 
+use crate::bpf::ring::{Ring, Sqe};
+
 use super::lookup::Plan;
 use super::recorder::Recorder;
 use crate::workload::WorkloadError;
@@ -17,9 +19,16 @@ pub const MAX_BATCH: u32 = 4096;
 /// How long an idle SQPOLL thread spins before sleeping, ms.
 const SQPOLL_IDLE_MS: u32 = 2000;
 
+/// The io-uring crate's ring, or ours for the SQEs it cannot build
+/// (IORING_OP_CHAINED_READ, crate::bpf::ring).
+enum Backend {
+    Crate(IoUring),
+    Own(Ring),
+}
+
 /// A ring and the completions of its last reap.
 pub struct LookupRing {
-    ring: IoUring,
+    ring: Backend,
     reaped: Vec<(u64, i32)>,
 }
 
@@ -37,7 +46,29 @@ impl LookupRing {
             .build(batch.next_power_of_two())
             .map_err(|e| WorkloadError::io("io_uring_setup", e))?;
         let reaped = Vec::with_capacity(batch as usize);
-        Ok((LookupRing { ring, reaped }, batch))
+        Ok((
+            LookupRing {
+                ring: Backend::Crate(ring),
+                reaped,
+            },
+            batch,
+        ))
+    }
+
+    /// As [`LookupRing::new`] without SQPOLL, on our own ring: for
+    /// [`LookupRing::push_sqe`].
+    pub fn new_own(batch: u32) -> Result<(Self, u32), WorkloadError> {
+        let batch = batch.clamp(1, MAX_BATCH);
+        let ring = Ring::new(batch.next_power_of_two())
+            .map_err(|e| WorkloadError::io("io_uring_setup", e))?;
+        let reaped = Vec::with_capacity(batch as usize);
+        Ok((
+            LookupRing {
+                ring: Backend::Own(ring),
+                reaped,
+            },
+            batch,
+        ))
     }
 
     /// Registers `iovecs` as the ring's fixed buffers (for `ReadFixed`).
@@ -45,8 +76,13 @@ impl LookupRing {
     /// # Safety
     /// The buffers must stay valid and unmoved until the ring is dropped.
     pub unsafe fn register_buffers(&self, iovecs: &[libc::iovec]) -> Result<(), WorkloadError> {
+        let Backend::Crate(ring) = &self.ring else {
+            return Err(WorkloadError::Other(
+                "fixed buffers need the io-uring crate's ring".into(),
+            ));
+        };
         // SAFETY: the caller keeps the buffers alive as long as the ring.
-        unsafe { self.ring.submitter().register_buffers(iovecs) }
+        unsafe { ring.submitter().register_buffers(iovecs) }
             .map_err(|e| WorkloadError::io("io_uring register buffers", e))
     }
 
@@ -56,9 +92,46 @@ impl LookupRing {
     /// Whatever `entry` points to must stay valid until its completion is
     /// reaped.
     pub unsafe fn push(&mut self, entry: &squeue::Entry) -> Result<(), WorkloadError> {
+        let Backend::Crate(ring) = &mut self.ring else {
+            return Err(WorkloadError::Other(
+                "an io-uring crate entry on our own ring".into(),
+            ));
+        };
         // SAFETY: the caller keeps the entry's memory alive until reaped.
-        unsafe { self.ring.submission().push(entry) }
+        unsafe { ring.submission().push(entry) }
             .map_err(|_| WorkloadError::Other("io_uring submission queue full".into()))
+    }
+
+    /// Queues `sqe` on our own ring ([`LookupRing::new_own`]).
+    ///
+    /// # Safety
+    /// As [`LookupRing::push`].
+    pub unsafe fn push_sqe(&mut self, sqe: &Sqe) -> Result<(), WorkloadError> {
+        let Backend::Own(ring) = &mut self.ring else {
+            return Err(WorkloadError::Other(
+                "a raw SQE on the io-uring crate's ring".into(),
+            ));
+        };
+        // SAFETY: the caller keeps the SQE's memory alive until reaped.
+        unsafe { ring.push(sqe) }.map_err(|e| WorkloadError::io("io_uring submit", e))
+    }
+
+    fn submit_and_wait(&mut self, want: usize) -> std::io::Result<usize> {
+        match &mut self.ring {
+            Backend::Crate(r) => r.submit_and_wait(want),
+            Backend::Own(r) => r.submit_and_wait(want as u32).map(|n| n as usize),
+        }
+    }
+
+    /// Replaces `reaped` with the completions waiting in the ring.
+    fn reap(&mut self) {
+        self.reaped.clear();
+        match &mut self.ring {
+            Backend::Crate(r) => self
+                .reaped
+                .extend(r.completion().map(|c| (c.user_data(), c.result()))),
+            Backend::Own(r) => r.reap(&mut self.reaped),
+        }
     }
 }
 
@@ -111,7 +184,7 @@ pub fn run_closed_loop<E: SlotEngine>(
     // After a failure keep reaping until nothing is in flight.
     while inflight > 0 {
         let ring = engine.ring();
-        match ring.ring.submit_and_wait(1) {
+        match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => {
@@ -119,9 +192,7 @@ pub fn run_closed_loop<E: SlotEngine>(
                 return Err(WorkloadError::io("io_uring_enter", e));
             }
         }
-        ring.reaped.clear();
-        ring.reaped
-            .extend(ring.ring.completion().map(|c| (c.user_data(), c.result())));
+        ring.reap();
         for i in 0..engine.ring().reaped.len() {
             let (slot, res) = engine.ring().reaped[i];
             inflight -= 1;

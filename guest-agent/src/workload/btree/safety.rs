@@ -9,8 +9,6 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use io_uring::IoUring;
-
 use super::engine_hook::{bpf_dir, load_object, load_program};
 use super::layout::VALUE_SIZE;
 use super::lookup::{Plan, TreePlan};
@@ -19,8 +17,9 @@ use crate::bpf::abi::{
     self, CHAINED_READ_MAX_HOPS, CHAINED_READ_NVME, CHAINED_READ_SYSCALL, ChainArgs, Scratch, at,
     bt,
 };
-use crate::bpf::chain::{chained_read, chained_read_sqe};
+use crate::bpf::chain::chained_read;
 use crate::bpf::prog::{Program, load};
+use crate::bpf::ring::{Ring, Sqe};
 use crate::workload::randread::{AlignedBuf, open_direct};
 use crate::workload::{Summary, WorkloadError};
 
@@ -426,30 +425,40 @@ fn uring_hop_cap(b: &Bench) -> Case {
     let Some(r) = b.jump(CHAINED_READ_NVME, 0, abi::STORAGE_CHAIN_NEXT) else {
         return case(name, false, "attack program not loaded".into());
     };
+    /// What the kernel reads and writes during the chain: owned by
+    /// run_one until the completion is reaped (an interrupted wait no
+    /// longer frees it under an in-flight chain).
+    struct InFlight {
+        args: ChainArgs,
+        scratch: Scratch,
+        buf: AlignedBuf,
+    }
     let run = || -> Result<(i32, ChainArgs), String> {
-        let mut ring = IoUring::new(2).map_err(|e| e.to_string())?;
-        let mut buf = AlignedBuf::new(512, 4096).map_err(|e| e.to_string())?;
-        let mut scratch = r.scratch;
-        let mut args = ChainArgs {
-            prog_fd: r.prog_fd as u32,
-            buf: buf.as_mut_slice().as_mut_ptr() as u64,
-            scratch: scratch.as_mut_ptr() as u64,
-            size: 512,
-            scratch_len: 64,
-            flags: CHAINED_READ_NVME,
-            ..Default::default()
+        let mut ring = Ring::new(2).map_err(|e| e.to_string())?;
+        let mem = Box::new(InFlight {
+            args: ChainArgs::default(),
+            scratch: r.scratch,
+            buf: AlignedBuf::new(512, 4096).map_err(|e| e.to_string())?,
+        });
+        let (fd, prog_fd) = (b.file.as_raw_fd(), r.prog_fd);
+        let build = |m: *mut InFlight| {
+            // SAFETY: run_one passes its box's memory, not yet submitted.
+            let m = unsafe { &mut *m };
+            m.args = ChainArgs {
+                prog_fd: prog_fd as u32,
+                buf: m.buf.as_mut_slice().as_mut_ptr() as u64,
+                scratch: m.scratch.as_mut_ptr() as u64,
+                size: 512,
+                scratch_len: 64,
+                flags: CHAINED_READ_NVME,
+                ..Default::default()
+            };
+            Sqe::chained_read(fd, &mut m.args, 7)
         };
-        // SAFETY: args, scratch and buf outlive the completion reaped below.
-        let e = unsafe { chained_read_sqe(b.file.as_raw_fd(), &mut args, 7) };
-        // SAFETY: as above.
-        unsafe { ring.submission().push(&e) }.map_err(|_| "queue full".to_string())?;
-        ring.submit_and_wait(1).map_err(|e| e.to_string())?;
-        let res = ring
-            .completion()
-            .next()
-            .map(|c| c.result())
-            .ok_or("no completion")?;
-        Ok((res, args))
+        // SAFETY: the SQE points at the box's args, which point at the
+        // box's scratch and at the buffer it owns.
+        let (res, mem) = unsafe { ring.run_one(mem, build) }.map_err(|e| e.to_string())?;
+        Ok((res, mem.args))
     };
     match run() {
         Ok((res, args)) => {

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -307,6 +308,21 @@ pub fn record(
     Ok(s)
 }
 
+/// The server a `serve_seconds = 0` job leaves serving after it ends: the
+/// pair topology's server VM runs that job once per boot, and the client
+/// VM's points use the server after. A guard, not a detached process: the
+/// next server job stops it, as does [`stop_boot_server`], and the kernel
+/// kills it with the thread that ran the job (the agent's job loop).
+static BOOT_SERVER: Mutex<Option<ServerChild>> = Mutex::new(None);
+
+/// Stops the server a `serve_seconds = 0` job left serving, if any (for
+/// the agent to call when the host ends the boot).
+pub fn stop_boot_server() {
+    let server = BOOT_SERVER.lock().ok().and_then(|mut s| s.take());
+    // Dropped (stopped) outside the lock.
+    drop(server);
+}
+
 pub fn run(p: &FlightBulkParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
     run_with_binary(p, ctx, &require_binary()?)
 }
@@ -327,9 +343,9 @@ pub fn run_with_binary(
             let scratch = Scratch::new(ctx.job_id)?;
             let addr = match p.transport {
                 Transport::Tcp => "127.0.0.1:0".to_string(),
-                Transport::Unix => format!("unix:{}", scratch.0.join("flight.sock").display()),
+                Transport::Unix => format!("unix:{}", scratch.path().join("flight.sock").display()),
             };
-            let tls_dir = scratch.0.join("tls");
+            let tls_dir = scratch.path().join("tls");
             if p.tls {
                 gen_cert(&bin, &tls_dir)?;
             }
@@ -352,12 +368,14 @@ pub fn run_with_binary(
             let scratch = Scratch::new(ctx.job_id)?;
             let tls_dir = match &p.tls_dir {
                 Some(d) => PathBuf::from(d),
-                None => scratch.0.join("tls"),
+                None => scratch.path().join("tls"),
             };
             if p.tls && !tls_dir.join("server.pem").is_file() {
                 gen_cert(&bin, &tls_dir)?;
             }
             let addr = p.address.clone().unwrap_or_default();
+            // An earlier boot service may hold the address.
+            stop_boot_server();
             let t0 = Instant::now();
             let mut server = ServerChild::start(
                 &bin,
@@ -366,12 +384,15 @@ pub fn run_with_binary(
                 start_timeout,
             )?;
             if p.serve_seconds == 0 {
-                // A service for the whole boot (the pair topology's server
-                // VM): the job ends, the server keeps serving until power-off.
+                // A service for the rest of the boot (the pair topology's
+                // server VM), held where the next server job or
+                // stop_boot_server stops it; never detached (see BOOT_SERVER).
                 let mut s = Summary::new();
                 s.insert("address".into(), serde_json::json!(server.addr));
-                s.insert("detached".into(), serde_json::json!(true));
-                std::mem::forget(server);
+                s.insert("boot_service".into(), serde_json::json!(true));
+                if let Ok(mut slot) = BOOT_SERVER.lock() {
+                    *slot = Some(server);
+                }
                 return Ok(s);
             }
             let deadline = t0 + Duration::from_secs(p.serve_seconds);
@@ -598,5 +619,53 @@ mod tests {
         assert_eq!(s["transport"], serde_json::json!("unix"));
         assert_eq!(s["tls"], serde_json::json!(true));
         assert!(chunks.iter().all(|c| c.metric == "flight_throughput"));
+    }
+
+    #[test]
+    fn the_scratch_dir_is_private_not_a_pre_created_one() {
+        let victim = tempfile::tempdir().unwrap();
+        // The scratch dir used to be temp_dir/testbed-flight-<pid>-<job>:
+        // another user could create it first, with a symlink inside.
+        let planted =
+            std::env::temp_dir().join(format!("testbed-flight-{}-{}", std::process::id(), 9));
+        std::fs::create_dir(&planted).unwrap();
+        std::os::unix::fs::symlink(victim.path(), planted.join("tls")).unwrap();
+        let p = params(r#"{"transport":"unix","tls":true,"records_per_stream":1000}"#);
+        let sink = Arc::new(VecSink::default());
+        let r = run_with_binary(&p, &ctx(9, sink), &super::super::real_binary());
+        let _ = std::fs::remove_dir_all(&planted);
+        let left: Vec<_> = std::fs::read_dir(victim.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "written through the planted symlink: {left:?}"
+        );
+        assert_eq!(r.unwrap()["records"], serde_json::json!(1000));
+    }
+
+    #[test]
+    fn a_server_for_the_boot_is_stopped_when_the_next_one_starts() {
+        let p = params(r#"{"role":"server","address":"127.0.0.1:0","serve_seconds":0}"#);
+        let bin = super::super::real_binary();
+        let run = || {
+            let s = run_with_binary(&p, &ctx(4, Arc::new(VecSink::default())), &bin).unwrap();
+            s["address"].as_str().unwrap().to_string()
+        };
+        let first = run();
+        // It serves after its job ended (the pair topology's client uses it).
+        assert!(std::net::TcpStream::connect(&first).is_ok());
+        let second = run();
+        assert!(std::net::TcpStream::connect(&second).is_ok());
+        assert!(
+            std::net::TcpStream::connect(&first).is_err(),
+            "the first server still serves at {first}"
+        );
+        stop_boot_server();
+        assert!(
+            std::net::TcpStream::connect(&second).is_err(),
+            "the second server still serves at {second}"
+        );
     }
 }

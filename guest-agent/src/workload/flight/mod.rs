@@ -12,6 +12,7 @@ mod bulk;
 mod process;
 mod query;
 
+pub use bulk::stop_boot_server;
 pub use bulk::{
     Compression, FlightBulkParams, Operation, Role, Transport, record, run, run_with_binary,
 };
@@ -53,22 +54,17 @@ fn run_client<T: DeserializeOwned>(
     child::run_json(bin, args, timeout, "flight client")
 }
 
-/// A scratch directory (socket, TLS files, query run dir) removed on drop.
-struct Scratch(PathBuf);
+/// A private scratch directory (socket, TLS files, query run dir): mode
+/// 0700, made by mkdtemp, removed on drop.
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(job_id: u64) -> Result<Self, WorkloadError> {
-        let p =
-            std::env::temp_dir().join(format!("testbed-flight-{}-{job_id}", std::process::id()));
-        std::fs::create_dir_all(&p)
-            .map_err(|e| WorkloadError::io(format!("create {}", p.display()), e))?;
-        Ok(Scratch(p))
+        child::private_dir(&format!("testbed-flight-{job_id}-")).map(Scratch)
     }
-}
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 }
 

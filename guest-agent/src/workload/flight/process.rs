@@ -3,18 +3,21 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use testbed_lines::flight::ServeReady;
+use testbed_proc::{Group, RunError};
 
 use super::other;
 use crate::workload::{WorkloadError, child};
 
-/// A child `testbed-flight serve`, stopped (SIGTERM, then SIGKILL) on drop.
+/// A child `testbed-flight serve` in its own process group, stopped with
+/// everything it started (SIGTERM, then SIGKILL to the group) on drop, and
+/// killed by the kernel should the thread that started it die first.
 pub(super) struct ServerChild {
-    pub(super) child: Child,
+    pub(super) child: Group,
     /// Where it listens, from its first line (port 0 resolved).
     pub(super) addr: String,
 }
@@ -32,13 +35,16 @@ impl ServerChild {
         if let Some(d) = tls_dir {
             cmd.arg("--tls-dir").arg(d);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| WorkloadError::io(format!("spawn {} serve", bin.display()), e))?;
+        let mut child = Group::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).map_err(
+            |e| match e {
+                RunError::Spawn { source, .. } => {
+                    WorkloadError::io(format!("spawn {} serve", bin.display()), source)
+                }
+                e => other(e.to_string()),
+            },
+        )?;
         let (tx, rx) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
+        if let Some(out) = child.take_stdout() {
             std::thread::spawn(move || {
                 let mut r = BufReader::new(out);
                 let mut line = String::new();
@@ -55,25 +61,22 @@ impl ServerChild {
         } else {
             child::json_line(&line, "testbed-flight serve")
         };
-        let mut server = ServerChild {
-            child,
-            addr: String::new(),
-        };
         match ready {
             Ok(r) => {
-                server.addr = r.listening;
-                if let Some(err) = server.child.stderr.take() {
+                if let Some(err) = child.take_stderr() {
                     std::thread::spawn(move || {
                         let _ = std::io::copy(&mut BufReader::new(err), &mut std::io::sink());
                     });
                 }
-                Ok(server)
+                Ok(ServerChild {
+                    child,
+                    addr: r.listening,
+                })
             }
             Err(e) => {
-                let _ = server.child.kill();
-                let _ = server.child.wait();
+                let _ = child.kill();
                 let mut err = String::new();
-                if let Some(mut s) = server.child.stderr.take() {
+                if let Some(mut s) = child.take_stderr() {
                     let _ = s.read_to_string(&mut err);
                 }
                 Err(other(format!("{e}: {}", err.trim())))
@@ -81,41 +84,23 @@ impl ServerChild {
         }
     }
 
+    /// SIGTERM to the group, up to 5 s, then SIGKILL (as on drop).
     pub(super) fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerChild {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.stop();
-        }
+        let _ = self.child.stop();
     }
 }
 
 /// `testbed-flight gen-cert --dir DIR`: a CA and a server certificate.
 pub(super) fn gen_cert(bin: &Path, dir: &Path) -> Result<(), WorkloadError> {
-    let out = Command::new(bin)
-        .arg("gen-cert")
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .map_err(|e| WorkloadError::io(format!("spawn {} gen-cert", bin.display()), e))?;
+    let out = testbed_proc::run_captured(
+        Command::new(bin).arg("gen-cert").arg("--dir").arg(dir),
+        Duration::from_secs(60),
+    )
+    .map_err(|e| other(format!("testbed-flight gen-cert: {e}")))?;
     if !out.status.success() {
         return Err(other(format!(
             "testbed-flight gen-cert failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         )));
     }
     Ok(())
@@ -189,5 +174,16 @@ mod tests {
         let e = e.to_string();
         assert!(e.contains("did not start"), "{e}");
         assert!(e.contains("invalid address"), "{e}");
+    }
+
+    #[test]
+    fn a_server_leads_its_own_process_group_and_is_gone_after_drop() {
+        let bin = super::super::real_binary();
+        let s = ServerChild::start(&bin, "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
+        let pid = s.child.id() as i32;
+        // SAFETY: getpgid has no memory preconditions.
+        assert_eq!(unsafe { libc::getpgid(pid) }, pid);
+        drop(s);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
     }
 }

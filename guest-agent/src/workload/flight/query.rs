@@ -106,7 +106,7 @@ pub fn run_query_with_binary(
         "--seed".into(),
         (ctx.seed % 1_000_000).max(1).to_string(),
         "--run-dir".into(),
-        scratch.0.display().to_string(),
+        scratch.path().display().to_string(),
     ];
     let lines: Vec<QueryLine> =
         run_client(bin, &args, Duration::from_secs(p.timeout_seconds.max(1)))?;

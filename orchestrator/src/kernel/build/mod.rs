@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use nix::fcntl::{Flock, FlockArg};
-
 pub use key::BuildKey;
 
 use super::cache::{self, Meta, Staging};
@@ -102,7 +100,12 @@ fn build_uncached(
 ) -> Result<KernelArtifact, KernelError> {
     let work_root = cache_root.join("kernel-work");
     std::fs::create_dir_all(&work_root).map_err(|e| KernelError::io(&work_root, e))?;
-    let _lock = lock(&work_root.join(format!("{}.lock", k.key)), progress)?;
+    let _lock = cache::lock_entry(
+        cache_root,
+        &k.key,
+        &format!("the build of kernel {}", desc.name),
+        progress,
+    )?;
     // Another process may have finished it while we waited.
     if let Some(a) = cache::load_entry(cache_root, &k.key)? {
         return Ok(a);
@@ -253,27 +256,6 @@ fn prepare_tree(
         progress,
     )?;
     Ok(tree)
-}
-
-/// One build per key at a time; a second process waits, then finds it cached.
-fn lock(path: &Path, progress: &dyn Fn(&str)) -> Result<Flock<std::fs::File>, KernelError> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| KernelError::io(path, e))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(l) => Ok(l),
-        Err((file, _)) => {
-            progress(&format!(
-                "waiting for another build of this kernel (lock {})",
-                path.display()
-            ));
-            Flock::lock(file, FlockArg::LockExclusive)
-                .map_err(|(_, e)| KernelError::io(path, std::io::Error::from(e)))
-        }
-    }
 }
 
 fn file_name(p: &Path) -> String {

@@ -35,7 +35,15 @@ pub fn tarball(
         || "source.tar.xz".into(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let cached = downloads_dir(cache_root).join(format!("{}_{}_{name}", pin.package, pin.version));
+    let cached_name = format!("{}_{}_{name}", pin.package, pin.version);
+    let cached = downloads_dir(cache_root).join(&cached_name);
+    // The tarball is extracted in place, shared by every build of this
+    // source: one process extracts it while the others wait, then use it.
+    let _lock = crate::kernel::cache::lock_file(
+        &downloads_dir(cache_root).join(format!(".{cached_name}.lock")),
+        &format!("the extracted {} source", pin.package),
+        progress,
+    )?;
     if cached.is_file() && sha256_file(&cached)?.eq_ignore_ascii_case(&pin.sha256) {
         return Ok(cached);
     }
@@ -117,5 +125,65 @@ pub fn unpack(tarball: &Path, work: &Path, log: &Path) -> Result<PathBuf, Kernel
             path: tarball.to_path_buf(),
             message: "expected one top-level directory holding a kernel Makefile".into(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::descriptor::Kind;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_second_process_waits_for_the_extraction_and_uses_it() {
+        let t = tempfile::tempdir().unwrap();
+        let cache_root = t.path().to_path_buf();
+        let text = b"pretend kernel source".to_vec();
+        let pin = SourcePin {
+            package: "linux-source-t".into(),
+            version: "1.0".into(),
+            deb_sha256: "00".repeat(32),
+            // Not installed on this host: the cache is the only way.
+            tarball: t
+                .path()
+                .join("absent/linux-source-t.tar.xz")
+                .display()
+                .to_string(),
+            sha256: hex::encode(sha2::Digest::finalize(sha2::Digest::chain_update(
+                <sha2::Sha256 as sha2::Digest>::new(),
+                &text,
+            ))),
+        };
+        let desc = Descriptor {
+            name: "t".into(),
+            path: t.path().join("t.toml"),
+            text: String::new(),
+            modules: vec![],
+            kind: Kind::DebianBinary(crate::kernel::descriptor::PackagePin {
+                name: String::new(),
+                version: String::new(),
+                sha256: String::new(),
+            }),
+        };
+        let cached = downloads_dir(&cache_root).join("linux-source-t_1.0_linux-source-t.tar.xz");
+        let holder = crate::lock::test_support::Holder::exclusive(
+            &downloads_dir(&cache_root).join(".linux-source-t_1.0_linux-source-t.tar.xz.lock"),
+        );
+        let (tx, rx) = mpsc::channel();
+        let (root, p2) = (cache_root.clone(), pin.clone());
+        let worker = std::thread::spawn(move || {
+            let r = tarball(&root, &desc, &p2, &|_| {});
+            tx.send(()).unwrap();
+            r
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "waits for the other process"
+        );
+        // The other process extracts it, then lets go: no download follows.
+        std::fs::write(&cached, &text).unwrap();
+        holder.release();
+        assert_eq!(worker.join().unwrap().unwrap(), cached);
     }
 }
