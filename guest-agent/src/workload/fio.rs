@@ -417,18 +417,21 @@ pub fn run_fio(job: &FioJob) -> Result<FioReport, WorkloadError> {
             "fio not found on PATH or in /usr/bin (install Debian's fio in the image)".into(),
         )
     })?;
-    let out = Command::new(&bin)
-        .args(job.args())
-        .output()
-        .map_err(|e| WorkloadError::io(format!("run {}", bin.display()), e))?;
+    // In a process group of its own that dies with the agent; the host's
+    // point timeout bounds the run, this one only a fio that never ends.
+    let out = testbed_proc::run_captured(
+        Command::new(&bin).args(job.args()),
+        std::time::Duration::from_secs(6 * 3600),
+    )
+    .map_err(|e| WorkloadError::Other(e.to_string()))?;
     if !out.status.success() {
         return Err(WorkloadError::Other(format!(
             "fio failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         )));
     }
-    parse_report(&String::from_utf8_lossy(&out.stdout))
+    parse_report(&out.stdout)
 }
 
 pub fn run(p: &FioParams, ctx: &JobContext) -> Result<Summary, WorkloadError> {
