@@ -26,6 +26,22 @@ pub enum GuestBinError {
     },
 }
 
+/// Runs the build in a process group that dies with us and that Ctrl-C or a
+/// SIGTERM sent to `testbed` stops too.
+fn run_contained(cmd: &mut Command) -> Result<std::process::ExitStatus, String> {
+    let mut group =
+        crate::qemu::process::GroupProcess::spawn_command(cmd).map_err(|e| e.to_string())?;
+    loop {
+        if crate::executor::interrupted() {
+            group.kill();
+            return Err("interrupted".into());
+        }
+        if let Some(status) = group.wait_timeout(std::time::Duration::from_millis(500)) {
+            return Ok(status);
+        }
+    }
+}
+
 /// orchestrator/guest-build.txt: target, flags and packages of the one
 /// build, which `./x build` reads too.
 const BUILD_TABLE: &str = include_str!("../guest-build.txt");
@@ -148,9 +164,9 @@ pub fn ensure(
     for p in &build.packages {
         cmd.args(["--package", p]);
     }
-    let status = cmd.status().map_err(|e| GuestBinError::Build {
+    let status = run_contained(&mut cmd).map_err(|e| GuestBinError::Build {
         name: bin.into(),
-        status: e.to_string(),
+        status: e,
         command: command_line(),
     });
     crate::phases::add("rust build", started.elapsed());

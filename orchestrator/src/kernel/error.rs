@@ -99,6 +99,9 @@ pub enum KernelError {
 
     #[error("{path}: {message}")]
     Json { path: PathBuf, message: String },
+
+    #[error("interrupted before `{command}` finished")]
+    Interrupted { command: String },
 }
 
 impl KernelError {

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::kernel::KernelError;
+use crate::qemu::process::GroupProcess;
 
 const TAIL_LINES: usize = 40;
 
@@ -28,13 +29,27 @@ pub fn run(
         .map_err(|e| KernelError::io(log, e))?;
     let log_file = Mutex::new(log_file);
     let tail = Mutex::new(VecDeque::with_capacity(TAIL_LINES));
-    let mut child = cmd
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| tool_error(cmd, e))?;
+    let interrupted = || KernelError::Interrupted {
+        command: shown.clone(),
+    };
+    if crate::executor::interrupted() {
+        return Err(interrupted());
+    }
+    // A group of its own that dies with us and that the signal handler's
+    // kill_all reaches: a SIGTERM sent to `testbed` alone stops make too.
+    let mut group = GroupProcess::spawn_command(
+        cmd.current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(|e| tool_error(cmd, e))?;
+    // A signal between the check above and the spawn found no group to kill.
+    if crate::executor::interrupted() {
+        group.kill();
+        return Err(interrupted());
+    }
+    let child = group.child_mut();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let keep = |line: &str| {
@@ -60,7 +75,14 @@ pub fn run(
             });
         }
     });
-    let status = child.wait().map_err(|e| KernelError::io(dir, e))?;
+    let status = loop {
+        if let Some(s) = group.wait_timeout(Duration::from_secs(1)) {
+            break s;
+        }
+    };
+    if crate::executor::interrupted() {
+        return Err(interrupted());
+    }
     if status.success() {
         return Ok(());
     }
