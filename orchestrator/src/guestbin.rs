@@ -29,17 +29,10 @@ pub enum GuestBinError {
 /// Runs the build in a process group that dies with us and that Ctrl-C or a
 /// SIGTERM sent to `testbed` stops too.
 fn run_contained(cmd: &mut Command) -> Result<std::process::ExitStatus, String> {
-    let mut group =
-        crate::qemu::process::GroupProcess::spawn_command(cmd).map_err(|e| e.to_string())?;
-    loop {
-        if crate::executor::interrupted() {
-            group.kill();
-            return Err("interrupted".into());
-        }
-        if let Some(status) = group.wait_timeout(std::time::Duration::from_millis(500)) {
-            return Ok(status);
-        }
-    }
+    crate::qemu::process::GroupProcess::spawn_command(cmd)
+        .map_err(|e| e.to_string())?
+        .wait_or_interrupt()
+        .ok_or_else(|| "interrupted".to_string())
 }
 
 /// orchestrator/guest-build.txt: target, flags and packages of the one

@@ -111,6 +111,20 @@ impl GroupProcess {
         self.try_wait()
     }
 
+    /// Waits for the leader to end; `None` if Ctrl-C or SIGTERM came first
+    /// (the group is then killed and reaped).
+    pub fn wait_or_interrupt(&mut self) -> Option<ExitStatus> {
+        loop {
+            if crate::executor::interrupted() {
+                self.kill();
+                return None;
+            }
+            if let Some(status) = self.wait_timeout(Duration::from_millis(500)) {
+                return Some(status);
+            }
+        }
+    }
+
     /// SIGTERM to the group, then SIGKILL after a grace period; always reaps.
     pub fn kill(&mut self) {
         if self.try_wait().is_some() {

@@ -75,14 +75,9 @@ pub fn run(
             });
         }
     });
-    let status = loop {
-        if let Some(s) = group.wait_timeout(Duration::from_secs(1)) {
-            break s;
-        }
-    };
-    if crate::executor::interrupted() {
+    let Some(status) = group.wait_or_interrupt() else {
         return Err(interrupted());
-    }
+    };
     if status.success() {
         return Ok(());
     }
