@@ -296,6 +296,15 @@ pub fn check_figures(loaded: &LoadedSpec, dir: &Path) -> Result<(), SpecError> {
 /// the expansion itself takes the memory.
 pub fn check_point_count(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let spec = &loaded.spec;
+    // An empty axis would make the product 0 and pass, while the axes
+    // before it still expand (the expansion goes axis by axis).
+    if let Some((axis, _)) = spec.sweep.iter().find(|(_, v)| v.is_empty()) {
+        return Err(loaded.error_at(
+            "sweep",
+            Some(axis),
+            "no values: give at least one, or remove the axis",
+        ));
+    }
     let reps = u64::from(spec.experiment.repetitions);
     let combos = spec
         .sweep
@@ -440,6 +449,26 @@ block_size = [512, 4096]
         // Seeds differ per point and repetition but are reproducible.
         assert_ne!(p.points[0].seed, p.points[6].seed);
         assert_eq!(plan(&s).unwrap().points[3].seed, p.points[3].seed);
+    }
+
+    #[test]
+    fn an_empty_sweep_axis_is_refused_before_the_others_expand() {
+        // 2000 × 2000 combinations of the axes sorted before the empty
+        // one: expanding them first took minutes and gigabytes.
+        let many: Vec<String> = (1..=2000).map(|i| i.to_string()).collect();
+        let text = SPEC.replace(
+            "threads = [1, 2, 4]\nblock_size = [512, 4096]",
+            &format!(
+                "block_size = [{b}]\nreads_per_thread = [{many}]\nthreads = []",
+                b = ["512"; 2000].join(", "),
+                many = many.join(", ")
+            ),
+        );
+        let s = crate::spec::parse(Path::new("t.toml"), &text).unwrap();
+        let e = plan(&s).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("sweep.threads"), "{e}");
+        assert_eq!(e.line, Some(18), "{e}");
+        assert!(e.message.contains("no values"), "{e}");
     }
 
     #[test]
