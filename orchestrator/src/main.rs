@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use testbed::spec::AccelChoice;
+use testbed::spec::{AccelChoice, ExecutorKind};
 use testbed::{doctor, executor, figures, kernel, paths, progress, run, show};
 
 #[derive(Parser)]
@@ -52,6 +52,14 @@ enum Command {
         /// Stop at the first failed point.
         #[arg(long)]
         fail_fast: bool,
+        /// Where the points run: qemu, host or slurm (default: the spec's
+        /// experiment.executor).
+        #[arg(long)]
+        executor: Option<ExecutorKind>,
+        /// Print every sysfs write and the QEMU command line the run would
+        /// use, and do none of them.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Validate a spec (and its sweep) without running anything.
     Validate { spec: PathBuf },
@@ -194,6 +202,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             resume,
             force,
             fail_fast,
+            executor,
+            dry_run,
         } => {
             let opts = run::RunOptions {
                 accel,
@@ -202,6 +212,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 force,
                 fail_fast,
                 results_root: None,
+                executor,
+                dry_run,
             };
             let mut progress = progress::for_terminal();
             let result = run::run(&spec, &opts, progress.as_mut());

@@ -104,6 +104,18 @@ pub enum AccelChoice {
     Tcg,
 }
 
+impl std::str::FromStr for ExecutorKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "qemu" => Ok(ExecutorKind::Qemu),
+            "host" => Ok(ExecutorKind::Host),
+            "slurm" => Ok(ExecutorKind::Slurm),
+            _ => Err(format!("unknown executor {s:?}: use qemu, host or slurm")),
+        }
+    }
+}
+
 impl std::str::FromStr for AccelChoice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

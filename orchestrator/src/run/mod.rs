@@ -24,6 +24,12 @@ pub struct RunOptions {
     pub force: bool,
     pub fail_fast: bool,
     pub results_root: Option<PathBuf>,
+    /// Where the points run, overriding the spec's `experiment.executor`
+    /// (`--executor slurm` sends a qemu spec's points to Slurm).
+    pub executor: Option<ExecutorKind>,
+    /// Print what the run would do (every sysfs write, the QEMU argv) and
+    /// do none of it.
+    pub dry_run: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
