@@ -136,6 +136,13 @@ pub fn ensure(
             })
         };
     }
+    if let Some(why) = crate::slurm::no_build() {
+        return Err(GuestBinError::Missing {
+            name: format!("{bin} ({why})"),
+            path,
+            env: env.into(),
+        });
+    }
     progress(&format!("building {bin} (static, for the guest)"));
     let started = std::time::Instant::now();
     let build = build_spec();

@@ -25,6 +25,7 @@ pub const NEEDS: &[&str] = &[
     "pyarrow",
     "report",
     "provenance",
+    "slurm",
     "test",
 ];
 
@@ -43,6 +44,7 @@ pub fn describe(need: &str) -> &'static str {
         "pyarrow" => "the pyarrow peer",
         "report" => "checking reports in a browser",
         "provenance" => "recording the git commit",
+        "slurm" => "the Slurm executor",
         "test" => "the test suite",
         _ => "an unknown step",
     }

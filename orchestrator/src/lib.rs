@@ -25,5 +25,6 @@ pub mod reproduce;
 pub mod results;
 pub mod run;
 pub mod show;
+pub mod slurm;
 pub mod spec;
 pub mod units;

@@ -60,6 +60,23 @@ enum Command {
         /// use, and do none of them.
         #[arg(long)]
         dry_run: bool,
+        /// Slurm executor: wait for the array to finish, then collect it.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// A run's state; for a Slurm run, each array task as Slurm and its
+    /// run directory see it.
+    Status { run: PathBuf },
+    /// Merge a Slurm run's tasks into its run directory (samples, summary,
+    /// manifest), as a direct run would have left them.
+    Collect { run: PathBuf },
+    /// What each Slurm array task runs (from RUN/slurm/array.sh).
+    #[command(hide = true)]
+    SlurmTask {
+        run: PathBuf,
+        /// The task (default: $SLURM_ARRAY_TASK_ID).
+        #[arg(long)]
+        task: Option<u32>,
     },
     /// Validate a spec (and its sweep) without running anything.
     Validate { spec: PathBuf },
@@ -164,6 +181,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints a run's outcome; its exit code: 0 all points ok, 3 some
+/// failed, 130 interrupted.
+fn run_outcome(result: Result<run::RunResult, run::RunError>, spec: &str) -> Result<ExitCode> {
+    match result {
+        Ok(r) => {
+            print!("{}", show::show_run(&r.dir).map_err(anyhow::Error::msg)?);
+            println!("results in {}", r.dir.display());
+            let all_ok = r.manifest.points.iter().all(|p| p.ok);
+            Ok(if all_ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            })
+        }
+        Err(run::RunError::Interrupted(dir)) => {
+            eprintln!(
+                "interrupted; finished points are kept. Continue with: testbed run {spec} --resume --out {dir}"
+            );
+            Ok(ExitCode::from(130))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
         if executor::INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
@@ -204,6 +245,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             fail_fast,
             executor,
             dry_run,
+            wait,
         } => {
             let opts = run::RunOptions {
                 accel,
@@ -214,30 +256,33 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 results_root: None,
                 executor,
                 dry_run,
+                wait,
+                task: None,
             };
             let mut progress = progress::for_terminal();
             let result = run::run(&spec, &opts, progress.as_mut());
             drop(progress);
-            match result {
-                Ok(r) => {
-                    print!("{}", show::show_run(&r.dir).map_err(anyhow::Error::msg)?);
-                    println!("results in {}", r.dir.display());
-                    let all_ok = r.manifest.points.iter().all(|p| p.ok);
-                    Ok(if all_ok {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(3)
-                    })
-                }
-                Err(run::RunError::Interrupted(dir)) => {
-                    eprintln!(
-                        "interrupted; finished points are kept. Continue with: testbed run {} --resume --out {dir}",
-                        spec.display()
-                    );
-                    Ok(ExitCode::from(130))
-                }
-                Err(e) => Err(e.into()),
+            run_outcome(result, &spec.display().to_string())
+        }
+        Command::Status { run } => {
+            if testbed::slurm::array::ArrayDir::is_array(&run) {
+                print!("{}", testbed::slurm::status::render(&run)?);
+            } else {
+                print!("{}", show::show_run(&run).map_err(anyhow::Error::msg)?);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Collect { run } => {
+            let mut progress = progress::for_terminal();
+            let result = testbed::slurm::collect::collect(&run, progress.as_mut());
+            drop(progress);
+            run_outcome(result, "SPEC")
+        }
+        Command::SlurmTask { run, task } => {
+            let mut progress = progress::for_terminal();
+            let result = testbed::slurm::task::run(&run, task, progress.as_mut());
+            drop(progress);
+            run_outcome(result, &run.join("spec.toml").display().to_string())
         }
         Command::Validate { spec } => {
             let (loaded, plan) = run::check_spec(&spec)?;

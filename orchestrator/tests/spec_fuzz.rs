@@ -8,6 +8,7 @@
 //!
 //! TESTBED_FUZZ_SECS is each target's time budget (default 5 s; CI: 60).
 //! An input that panics is written to target/tmp/spec-fuzz-crash-*.toml
+//! (one that takes longer than 20 s: spec-fuzz-slow-*.toml)
 //! and arbtest prints its seed (ARBTEST_SEED=<seed> replays it); once
 //! fixed, add the input to tests/corpus/spec/, which
 //! `the_corpus_never_panics` replays on every run.
@@ -130,18 +131,73 @@ fn check(source: &str) {
     }
 }
 
-/// Runs `f` on `input`; on a panic the input is saved for the report.
-fn guarded(input: &[u8], f: impl FnOnce()) {
-    if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(f)) {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+/// Longest one input may take to load and plan: longer, and `testbed
+/// validate` would look hung (a generous bound, not a speed target).
+const SLOW: Duration = Duration::from_secs(20);
+
+/// Saves `input` under target/tmp as spec-fuzz-`what`-<hash>.toml.
+fn save_input(what: &str, input: &[u8]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let file = dir.join(format!("spec-fuzz-{what}-{hash:016x}.toml"));
+    if std::fs::write(&file, input).is_ok() {
+        eprintln!("spec_fuzz: the {what} input is in {}", file.display());
+    }
+    file
+}
+
+/// The input each thread is checking and since when, for the watchdog.
+static IN_FLIGHT: std::sync::Mutex<Vec<(std::thread::ThreadId, Instant, Vec<u8>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Once: a thread that saves any input in flight for longer than `SLOW`,
+/// so an input that hangs the loader is on disk even if the test is
+/// killed.
+fn start_watchdog() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        std::thread::spawn(|| {
+            let mut saved = BTreeSet::new();
+            loop {
+                std::thread::sleep(Duration::from_secs(2));
+                let Ok(inputs) = IN_FLIGHT.lock() else { return };
+                for (_, since, input) in inputs.iter() {
+                    if since.elapsed() > SLOW && saved.insert(input.clone()) {
+                        save_input("slow", input);
+                    }
+                }
+            }
         });
-        let file = dir.join(format!("spec-fuzz-crash-{hash:016x}.toml"));
-        if std::fs::write(&file, input).is_ok() {
-            eprintln!("spec_fuzz: the failing input is in {}", file.display());
-        }
+    });
+}
+
+/// Runs `f` on `input`; on a panic, or when it takes longer than `SLOW`,
+/// the input is saved for the report and the test fails.
+fn guarded(input: &[u8], f: impl FnOnce()) {
+    start_watchdog();
+    let me = std::thread::current().id();
+    let started = Instant::now();
+    if let Ok(mut inputs) = IN_FLIGHT.lock() {
+        inputs.retain(|(t, _, _)| *t != me);
+        inputs.push((me, started, input.to_vec()));
+    }
+    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+    if let Ok(mut inputs) = IN_FLIGHT.lock() {
+        inputs.retain(|(t, _, _)| *t != me);
+    }
+    if let Err(panic) = result {
+        save_input("crash", input);
         std::panic::resume_unwind(panic);
+    }
+    let took = started.elapsed();
+    if took > SLOW {
+        let file = save_input("slow", input);
+        panic!(
+            "one input took {took:.1?} to load and plan (at most {SLOW:?}): {}",
+            file.display()
+        );
     }
 }
 

@@ -74,6 +74,14 @@ pub fn build_initramfs(
     let sha = hex::encode(Sha256::digest(&bytes));
     let dir = cache_root.join("initramfs");
     let path = dir.join(format!("{sha}.cpio"));
+    if !path.exists()
+        && let Some(why) = crate::slurm::no_build()
+    {
+        return Err(ImageError::Io {
+            path,
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, why),
+        });
+    }
     if !path.exists() {
         // One writer per image: another process writing the same one is
         // waited for, and its file used.

@@ -209,8 +209,40 @@ pub fn format_utc(secs: u64) -> String {
     )
 }
 
+/// Seconds since the epoch of a time written by [`format_utc`].
+pub fn parse_utc(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[19] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Howard Hinnant's days-from-civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parses_what_it_formats() {
+        for secs in [0, 951_782_400, 1_796_101_438, 4_102_444_799] {
+            assert_eq!(super::parse_utc(&super::format_utc(secs)), Some(secs));
+        }
+        assert_eq!(super::parse_utc("2026-13-01T00:00:00Z"), None);
+        assert_eq!(super::parse_utc("yesterday"), None);
+    }
+
     #[test]
     fn formats_utc() {
         assert_eq!(super::format_utc(0), "1970-01-01T00:00:00Z");

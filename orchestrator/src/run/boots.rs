@@ -21,6 +21,9 @@ pub(super) struct Ended {
     fatal: Option<String>,
     /// Every point of the plan, by id: a complete run has each stored.
     planned: Vec<String>,
+    /// When it finished and its wall time, if not now and since `started`
+    /// (a collected Slurm array: its last task's end, first start to last end).
+    ended_at: Option<(String, f64)>,
 }
 
 pub(super) fn run_boots(
@@ -147,6 +150,24 @@ pub(super) fn run_boots(
         stop,
         fatal,
         planned: plan.points.iter().map(Point::id).collect(),
+        ended_at: None,
+    }
+}
+
+impl Ended {
+    /// Points stored by others (Slurm tasks), none stopped early.
+    pub(super) fn collected(
+        records: BTreeMap<String, PointRecord>,
+        planned: Vec<String>,
+        ended_at: (String, f64),
+    ) -> Ended {
+        Ended {
+            records,
+            stop: None,
+            fatal: None,
+            planned,
+            ended_at: Some(ended_at),
+        }
     }
 }
 
@@ -164,6 +185,7 @@ pub(super) fn finish(
         mut stop,
         mut fatal,
         planned,
+        ended_at,
     } = ended;
     let dir = rd.root.clone();
     // A run that stopped early lacks points by design: check what it has.
@@ -218,8 +240,10 @@ pub(super) fn finish(
         None if any_failed => RunStatus::Partial,
         None => RunStatus::Complete,
     };
-    m.finished_at = Some(manifest::utc_now());
-    m.wall_s = Some(started.elapsed().as_secs_f64());
+    let (finished_at, wall_s) =
+        ended_at.unwrap_or_else(|| (manifest::utc_now(), started.elapsed().as_secs_f64()));
+    m.finished_at = Some(finished_at);
+    m.wall_s = Some(wall_s);
     manifest::write(&rd.manifest(), &m).map_err(RunError::Setup)?;
     match (m.status, fatal) {
         (RunStatus::Interrupted, _) => Err(RunError::Interrupted(dir.display().to_string())),

@@ -42,24 +42,7 @@ pub(super) fn prepare(
             progress.event(Event::Warn(n.clone()));
         }
     }
-    let mut stage = |s: &str| progress.event(Event::Stage(s.to_string()));
-    let agent =
-        guestbin::ensure(&repo, guestbin::AGENT, &mut stage).map_err(setup("guest agent"))?;
-    m.inputs.files.insert("agent".into(), file_input(&agent));
-    // Helper binaries the agent runs as child processes, as the points'
-    // workloads declare them.
-    let wanted: std::collections::BTreeSet<guestbin::Helper> = plan
-        .points
-        .iter()
-        .flat_map(|p| p.workload.needs().helpers)
-        .collect();
-    let mut helpers: Vec<(guestbin::Helper, PathBuf)> = Vec::new();
-    for helper in wanted {
-        let f = guestbin::ensure(&repo, helper, &mut stage)
-            .map_err(setup(&format!("{} binary", helper.binary)))?;
-        m.inputs.files.insert(helper.binary.into(), file_input(&f));
-        helpers.push((helper, f));
-    }
+    let (agent, helpers) = guest_binaries(&repo, plan, m, progress)?;
     let qemu = crate::qemu::qemu_binary();
     m.host = hostinfo::collect(&repo, qemu.as_deref());
     let executor: Box<dyn Executor> = match spec.experiment.executor {
@@ -110,13 +93,76 @@ pub(super) fn prepare(
             })
         }
         ExecutorKind::Slurm => {
+            // run_timed hands a Slurm run to slurm::submit; its tasks run
+            // with [slurm] task_executor.
             return Err(RunError::Setup(
-                "the slurm executor is not implemented yet; use executor = \"qemu\" or \"host\""
-                    .into(),
+                "internal: a Slurm run's points run in its array tasks, not here".into(),
             ));
         }
     };
     Ok(executor)
+}
+
+type Helpers = Vec<(guestbin::Helper, PathBuf)>;
+
+/// The agent, and the helper binaries it runs as child processes as the
+/// points' workloads declare them; recorded in `m`.
+fn guest_binaries(
+    repo: &Path,
+    plan: &Plan,
+    m: &mut Manifest,
+    progress: &mut dyn Progress,
+) -> Result<(PathBuf, Helpers), RunError> {
+    let mut stage = |s: &str| progress.event(Event::Stage(s.to_string()));
+    let agent =
+        guestbin::ensure(repo, guestbin::AGENT, &mut stage).map_err(setup("guest agent"))?;
+    m.inputs.files.insert("agent".into(), file_input(&agent));
+    let wanted: std::collections::BTreeSet<guestbin::Helper> = plan
+        .points
+        .iter()
+        .flat_map(|p| p.workload.needs().helpers)
+        .collect();
+    let mut helpers = Vec::new();
+    for helper in wanted {
+        let f = guestbin::ensure(repo, helper, &mut stage)
+            .map_err(setup(&format!("{} binary", helper.binary)))?;
+        m.inputs.files.insert(helper.binary.into(), file_input(&f));
+        helpers.push((helper, f));
+    }
+    Ok((agent, helpers))
+}
+
+/// For the Slurm executor: every input a task needs, built once here
+/// into the cache, recorded in `m`; the environment that points each
+/// task at them (with `TESTBED_NO_BUILD` set, a task builds nothing).
+pub(crate) fn build_shared(
+    loaded: &LoadedSpec,
+    plan: &Plan,
+    task_executor: ExecutorKind,
+    m: &mut Manifest,
+    progress: &mut dyn Progress,
+) -> Result<BTreeMap<String, String>, RunError> {
+    let repo = paths::repo_root();
+    let cache = paths::cache_root();
+    let (agent, helpers) = guest_binaries(&repo, plan, m, progress)?;
+    let mut env = BTreeMap::new();
+    env.insert(guestbin::AGENT.env.to_string(), agent.display().to_string());
+    for (h, f) in &helpers {
+        env.insert(h.env.to_string(), f.display().to_string());
+    }
+    env.insert("TESTBED_CACHE".into(), cache.display().to_string());
+    env.insert("TESTBED_ROOT".into(), repo.display().to_string());
+    env.insert(crate::slurm::NO_BUILD_ENV.into(), "1".into());
+    if task_executor == ExecutorKind::Qemu {
+        let kernel = super::vm::resolve_kernel(loaded, &cache)?;
+        let needs_bpf = plan.points.iter().any(|p| p.workload.needs().bpf_programs);
+        let shared = super::vm::build_shared_image(
+            loaded, &kernel, &agent, &helpers, needs_bpf, &cache, progress,
+        )?;
+        m.inputs.kernel = shared.inputs.kernel;
+        m.inputs.files.extend(shared.inputs.files);
+    }
+    Ok(env)
 }
 
 fn pair_setup(loaded: &LoadedSpec) -> Option<crate::executor::qemu::PairSetup> {

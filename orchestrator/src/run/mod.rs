@@ -30,6 +30,20 @@ pub struct RunOptions {
     /// Print what the run would do (every sysfs write, the QEMU argv) and
     /// do none of it.
     pub dry_run: bool,
+    /// For the Slurm executor: wait for the array and collect it.
+    pub wait: bool,
+    /// Set when this run is one Slurm array task's share of a larger run.
+    pub task: Option<TaskContext>,
+}
+
+/// What a Slurm array task's run shares with the run it is part of.
+#[derive(Debug, Clone, Default)]
+pub struct TaskContext {
+    /// The whole run's id, written into every sample row (not the task
+    /// directory's name), so collected samples equal a direct run's.
+    pub run_id: String,
+    /// Job, task and node, recorded in the task's manifest.
+    pub info: serde_json::Value,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,9 +81,10 @@ pub struct RunResult {
 
 mod boots;
 mod inputs;
-mod start;
+pub(crate) mod start;
 mod vm;
 
+pub(crate) use inputs::build_shared;
 pub use vm::probe_boot;
 
 /// Parses, validates and plans a spec without running it.
@@ -122,11 +137,34 @@ fn run_timed(
     opts: &RunOptions,
     progress: &mut dyn Progress,
 ) -> Result<RunResult, RunError> {
+    let (mut loaded, plan) = check_spec(spec_path)?;
+    if let Some(e) = opts.executor {
+        // --executor slurm keeps the spec's executor for the tasks.
+        if e == ExecutorKind::Slurm && loaded.spec.experiment.executor != ExecutorKind::Slurm {
+            loaded.spec.slurm.task_executor = loaded.spec.experiment.executor;
+        }
+        loaded.spec.experiment.executor = e;
+    }
+    if loaded.spec.experiment.executor == ExecutorKind::Slurm {
+        return crate::slurm::submit::run(&loaded, &plan, spec_path, opts, progress);
+    }
+    run_checked(&loaded, &plan, spec_path, opts, progress)
+}
+
+/// The run of a checked spec's `plan` (all of it, or a Slurm task's share)
+/// on the host or in VMs.
+pub(crate) fn run_checked(
+    loaded: &LoadedSpec,
+    plan: &Plan,
+    spec_path: &Path,
+    opts: &RunOptions,
+    progress: &mut dyn Progress,
+) -> Result<RunResult, RunError> {
     let started = Instant::now();
-    let (loaded, plan) = check_spec(spec_path)?;
+    let loaded = loaded.clone();
     let spec = &loaded.spec;
     // Missing tools are named now, before a run directory or a build.
-    crate::hosttools::preflight(&needs(spec, &plan)).map_err(|e| RunError::Setup(e.to_string()))?;
+    crate::hosttools::preflight(&needs(spec, plan)).map_err(|e| RunError::Setup(e.to_string()))?;
     // The kernel too (fetched, built or found in the cache): a build that
     // fails leaves no run directory behind.
     let kernel = match spec.experiment.executor {
@@ -134,9 +172,22 @@ fn run_timed(
         _ => None,
     };
     let prepare = |rd: &RunDir, m: &mut Manifest, progress: &mut dyn Progress| {
-        inputs::prepare(&loaded, &plan, kernel, rd, m, opts, progress)
+        inputs::prepare(&loaded, plan, kernel, rd, m, opts, progress)
     };
-    run_in_dir(&loaded, &plan, spec_path, opts, progress, started, prepare)
+    run_in_dir(&loaded, plan, spec_path, opts, progress, started, prepare)
+}
+
+/// The tables and final manifest of a run whose points were stored by
+/// others (the Slurm array's tasks): `records` are in `rd`'s points/.
+pub(crate) fn finish_collected(
+    rd: &RunDir,
+    m: Manifest,
+    records: std::collections::BTreeMap<String, manifest::PointRecord>,
+    planned: Vec<String>,
+    ended_at: (String, f64),
+) -> Result<RunResult, RunError> {
+    let ended = boots::Ended::collected(records, planned, ended_at);
+    boots::finish(rd, m, ended, Instant::now())
 }
 
 /// A checked spec's run: its directory started (or resumed) and held,

@@ -17,7 +17,7 @@ use crate::spec::LoadedSpec;
 /// A started run: its directory (held by this process until the lock is
 /// dropped), the manifest as it starts, and for --resume what the earlier
 /// attempt left.
-pub(super) struct Started {
+pub(crate) struct Started {
     pub rd: RunDir,
     pub m: Manifest,
     pub lock: Lock,
@@ -30,7 +30,7 @@ pub(super) struct Started {
 
 /// The run directory with the spec in it, and the manifest as it starts
 /// (with the points an earlier attempt finished whole, for --resume).
-pub(super) fn begin(
+pub(crate) fn begin(
     loaded: &LoadedSpec,
     spec_path: &Path,
     opts: &RunOptions,
@@ -94,10 +94,13 @@ pub(super) fn begin(
         testbed_version: env!("CARGO_PKG_VERSION").into(),
         status: RunStatus::Running,
         experiment: spec.experiment.name.clone(),
-        run_id: dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        run_id: match &opts.task {
+            Some(t) => t.run_id.clone(),
+            None => dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        },
         figures: spec.experiment.figures.clone(),
         spec_file: spec_path.display().to_string(),
         spec_sha256: spec_sha,
@@ -118,6 +121,11 @@ pub(super) fn begin(
         finished_at: None,
         wall_s: None,
     };
+    if let Some(t) = &opts.task {
+        m.inputs
+            .files
+            .insert(crate::slurm::TASK_INPUT.into(), t.info.clone());
+    }
     if let Some(e) = &earlier {
         // The earlier attempt's boots stay listed, and numbering goes on
         // after them (boots.rs), so its logs are kept.

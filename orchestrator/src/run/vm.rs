@@ -15,17 +15,29 @@ use crate::spec::LoadedSpec;
 use crate::{devices, guestbin, image, kernel, paths};
 
 /// The spec's kernel; an error points at `kernel.name` in the spec.
-pub(super) fn resolve_kernel(
+pub(crate) fn resolve_kernel(
     loaded: &LoadedSpec,
     cache: &Path,
 ) -> Result<kernel::KernelArtifact, RunError> {
-    kernel::resolve(
-        &paths::kernel_configs(),
-        &loaded.spec.kernel.name,
-        cache,
-        &|s: &str| eprintln!("[testbed] kernel: {s}"),
-    )
-    .map_err(|e| {
+    let name = &loaded.spec.kernel.name;
+    let resolved = if let Some(why) = crate::slurm::no_build() {
+        // A Slurm task finds what the submitting host built, or stops.
+        match kernel::lookup_cached(&paths::kernel_configs(), name, cache) {
+            Ok(Some(k)) => Ok(k),
+            Ok(None) => {
+                return Err(RunError::Setup(format!(
+                    "kernel `{name}` is not in the cache {}: {why}",
+                    cache.display()
+                )));
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        kernel::resolve(&paths::kernel_configs(), name, cache, &|s: &str| {
+            eprintln!("[testbed] kernel: {s}")
+        })
+    };
+    resolved.map_err(|e| {
         let mut err = loaded.error_at("kernel", Some("name"), e.to_string());
         err.message = e.to_string();
         RunError::Spec(err)
@@ -34,19 +46,23 @@ pub(super) fn resolve_kernel(
 
 pub(super) type VmPrep = (VmConfig, AccelDecision, Inputs);
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn prepare_vm(
+/// The guest image of a run (agent, helpers, modules, BPF programs) and
+/// the inputs it records; content-addressed in the cache, so the Slurm
+/// submitter builds it once and every task finds it.
+pub(crate) struct SharedImage {
+    pub image: image::BuiltImage,
+    pub inputs: Inputs,
+}
+
+pub(crate) fn build_shared_image(
     loaded: &LoadedSpec,
-    qemu: &Path,
     kernel: &kernel::KernelArtifact,
     agent: &Path,
     helpers: &[(guestbin::Helper, PathBuf)],
-    prepared: &[devices::PreparedDevice],
     needs_bpf: bool,
     cache: &Path,
-    opts: &RunOptions,
     progress: &mut dyn Progress,
-) -> Result<VmPrep, RunError> {
+) -> Result<SharedImage, RunError> {
     let spec = &loaded.spec;
     let mut inputs = Inputs {
         kernel: Some(KernelInput {
@@ -100,6 +116,25 @@ pub(super) fn prepare_vm(
         "initramfs".into(),
         serde_json::to_value(&img).unwrap_or_default(),
     );
+    Ok(SharedImage { image: img, inputs })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn prepare_vm(
+    loaded: &LoadedSpec,
+    qemu: &Path,
+    kernel: &kernel::KernelArtifact,
+    agent: &Path,
+    helpers: &[(guestbin::Helper, PathBuf)],
+    prepared: &[devices::PreparedDevice],
+    needs_bpf: bool,
+    cache: &Path,
+    opts: &RunOptions,
+    progress: &mut dyn Progress,
+) -> Result<VmPrep, RunError> {
+    let spec = &loaded.spec;
+    let SharedImage { image: img, inputs } =
+        build_shared_image(loaded, kernel, agent, helpers, needs_bpf, cache, progress)?;
 
     let mut config = VmConfig {
         qemu: qemu.to_path_buf(),

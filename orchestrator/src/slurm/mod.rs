@@ -1,0 +1,57 @@
+//! The Slurm executor: a run's plan as a job array. The submitting host
+//! builds every input once into the shared cache (`submit`); each array
+//! task runs its share of the points with the same `testbed` binary into
+//! its own run directory (`task`); `collect` merges the tasks into the
+//! run directory a direct run would have left; `status` shows the array
+//! as Slurm and the task directories see it.
+//!
+//! Layout of a Slurm run directory (on a path every node shares):
+//!
+//! ```text
+//! RUN/spec.toml, manifest.json         as for any run (after collect: its tables)
+//! RUN/slurm/array.json                 tasks, their points, every submission
+//! RUN/slurm/array.sh                   the batch script (sbatch options in #SBATCH lines)
+//! RUN/slurm/logs/JOB_TASK.out          each task's output
+//! RUN/slurm/tasks/tNNNN/               each task's own run directory
+//! ```
+
+pub mod array;
+pub mod collect;
+pub mod local;
+pub mod queue;
+pub mod status;
+pub mod submit;
+pub mod task;
+
+use std::path::PathBuf;
+
+/// The key of a task's manifest `inputs.files` entry that says which job,
+/// task and node ran it.
+pub const TASK_INPUT: &str = "slurm_task";
+
+/// The key of a collected run's `inputs.files` entry listing its jobs and
+/// tasks (with nodes and per-task manifests).
+pub const ARRAY_INPUT: &str = "slurm";
+
+/// Set in the batch script: a task must find every input in the cache.
+pub const NO_BUILD_ENV: &str = "TESTBED_NO_BUILD";
+
+/// Why nothing may be built here, when this process is a Slurm task.
+pub fn no_build() -> Option<&'static str> {
+    std::env::var_os(NO_BUILD_ENV).is_some().then_some(
+        "a Slurm task builds nothing: the submitting host builds kernels, images and the \
+         agent into the shared cache (is TESTBED_CACHE on a path every node shares?)",
+    )
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    #[error("local Slurm: {step}: {detail}")]
+    Local { step: String, detail: String },
+    #[error("`{command}` failed: {detail}")]
+    Command { command: String, detail: String },
+    #[error("{}: {detail}", path.display())]
+    File { path: PathBuf, detail: String },
+    #[error("{0}")]
+    Refused(String),
+}
