@@ -50,6 +50,9 @@ pub enum RunError {
         dir: PathBuf,
         differences: Vec<String>,
     },
+    /// `--dry-run`: everything was printed, nothing was done.
+    #[error("dry run: nothing was written, bound or started")]
+    DryRun,
     /// Another process holds the run directory (running or resuming it).
     #[error("run directory {} is in use by {}", dir.display(), crate::lock::holder_text(*pid))]
     InUse { dir: PathBuf, pid: Option<u32> },
@@ -66,6 +69,7 @@ pub struct RunResult {
 }
 
 mod boots;
+mod dry_run;
 mod inputs;
 mod start;
 mod vm;
@@ -124,6 +128,9 @@ fn run_timed(
 ) -> Result<RunResult, RunError> {
     let started = Instant::now();
     let (loaded, plan) = check_spec(spec_path)?;
+    if opts.dry_run {
+        return Err(dry_run::run(&loaded, spec_path, opts));
+    }
     let spec = &loaded.spec;
     // Missing tools are named now, before a run directory or a build.
     crate::hosttools::preflight(&needs(spec, &plan)).map_err(|e| RunError::Setup(e.to_string()))?;
