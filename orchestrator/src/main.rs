@@ -139,12 +139,30 @@ enum Command {
         #[command(subcommand)]
         command: KernelCommand,
     },
+    /// NVMe passthrough: give back controllers a killed run left on vfio-pci.
+    Passthrough {
+        #[command(subcommand)]
+        command: PassthroughCommand,
+    },
     /// Arrow Flight benchmarks: serve, bench, query, ... (as the guest's testbed-flight).
     #[command(subcommand)]
     Flight(testbed_flight::FlightCommand),
     /// ArrowSAM pre-processing benchmark: prepare, bench-preproc (as the guest's testbed-asam).
     #[command(subcommand)]
     Asam(testbed_asam::AsamCommand),
+}
+
+#[derive(Subcommand)]
+enum PassthroughCommand {
+    /// Rebind to its original driver each controller a state file in
+    /// ~/.cache/testbed/passthrough names (or only PCI), and remove the file.
+    Restore {
+        /// One controller, e.g. 0000:01:00.0.
+        pci: Option<String>,
+        /// Even if the testbed that bound it still runs.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -195,6 +213,7 @@ fn run_outcome(result: Result<run::RunResult, run::RunError>, spec: &str) -> Res
                 ExitCode::from(3)
             })
         }
+        Err(run::RunError::DryRun) => Ok(ExitCode::SUCCESS),
         Err(run::RunError::Interrupted(dir)) => {
             eprintln!(
                 "interrupted; finished points are kept. Continue with: testbed run {spec} --resume --out {dir}"
@@ -222,6 +241,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         // What a killed testbed left running goes before anything new starts.
         for line in testbed::qemu::process::sweep_leftovers() {
             eprintln!("[testbed] {line}");
+        }
+        let state_dir = testbed::devices::state::dir(&paths::cache_root());
+        let host = testbed::devices::Host::real();
+        for line in testbed::devices::passthrough::unrestored(&host, &state_dir) {
+            eprintln!("[testbed] warning: {line}");
         }
     }
     match cli.command {
@@ -379,6 +403,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Kernel { command } => kernel_command(command),
+        Command::Passthrough {
+            command: PassthroughCommand::Restore { pci, force },
+        } => {
+            let r = testbed::devices::passthrough::restore_from_state(
+                &testbed::devices::Host::real(),
+                &mut testbed::devices::sysfs::RealKernel,
+                &testbed::devices::state::dir(&paths::cache_root()),
+                pci.as_deref(),
+                force,
+            );
+            for l in &r.lines {
+                println!("{l}");
+            }
+            Ok(if r.failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         Command::Flight(command) => {
             testbed_flight::run_command(command)?;
             Ok(ExitCode::SUCCESS)

@@ -264,7 +264,9 @@ pub struct ImageSection {
 pub enum DeviceKind {
     Nvme,
     VirtioBlk,
-    /// A real NVMe controller passed through with vfio-pci.
+    /// A real NVMe controller passed through with vfio-pci, written
+    /// `kind = "passthrough"` (or `"vfio"`, its earlier name).
+    #[serde(rename = "passthrough", alias = "vfio")]
     Vfio,
 }
 
@@ -309,9 +311,14 @@ pub struct DeviceSpec {
     pub latency_ns: Option<u64>,
     #[serde(default)]
     pub host_cache: HostCache,
-    /// vfio only: the PCI address of the controller, e.g. "0000:3b:00.0".
+    /// passthrough only: the PCI address of the controller, e.g. "0000:3b:00.0".
     #[serde(default)]
     pub pci: Option<String>,
+    /// passthrough only: take the controller from the nvme driver for the
+    /// run (after the safety checks) and give it back afterwards; without
+    /// it the controller must already be bound to vfio-pci.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bind: bool,
 }
 
 fn default_lbs() -> u32 {
@@ -586,7 +593,13 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
                 if d.pci.is_none() {
                     return Err(at(
                         "pci",
-                        "a vfio device must name its PCI address explicitly".into(),
+                        "a passthrough device must name its PCI address explicitly".into(),
+                    ));
+                }
+                if d.bind && spec.experiment.executor != ExecutorKind::Qemu {
+                    return Err(at(
+                        "bind",
+                        "bind = true rebinds a controller of this host for a VM: it needs executor = \"qemu\"".into(),
                     ));
                 }
                 if d.size.is_some() {
@@ -598,7 +611,16 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
             }
             DeviceKind::Nvme | DeviceKind::VirtioBlk => {
                 if d.pci.is_some() {
-                    return Err(at("pci", "only vfio devices take a PCI address".into()));
+                    return Err(at(
+                        "pci",
+                        "only passthrough devices take a PCI address".into(),
+                    ));
+                }
+                if d.bind {
+                    return Err(at(
+                        "bind",
+                        "only passthrough devices take bind (it rebinds a host PCI device)".into(),
+                    ));
                 }
                 let Some(size) = d.size else {
                     return Err(at(
@@ -966,6 +988,38 @@ threads = [1, 2]
         assert!(e.message.contains("needs a size"), "{e}");
         let e = err(&GOOD.replace("kind = \"nvme\"\nsize = \"64M\"", "kind = \"vfio\""));
         assert!(e.message.contains("PCI address explicitly"), "{e}");
+    }
+
+    #[test]
+    fn passthrough_takes_bind_and_vfio_stays_its_alias() {
+        let block = "kind = \"passthrough\"\npci = \"0000:01:00.0\"\nbind = true";
+        let s = parse(
+            Path::new("x.toml"),
+            &GOOD.replace("kind = \"nvme\"\nsize = \"64M\"", block),
+        )
+        .unwrap();
+        assert_eq!(s.spec.devices[0].kind, DeviceKind::Vfio);
+        assert!(s.spec.devices[0].bind);
+        let old = GOOD.replace(
+            "kind = \"nvme\"\nsize = \"64M\"",
+            "kind = \"vfio\"\npci = \"0000:01:00.0\"",
+        );
+        let s = parse(Path::new("x.toml"), &old).unwrap();
+        assert_eq!(s.spec.devices[0].kind, DeviceKind::Vfio);
+        assert!(!s.spec.devices[0].bind, "bind defaults to false");
+        // bind on an emulated device: the error names the field and line.
+        let e = err(&GOOD.replace("size = \"64M\"", "size = \"64M\"\nbind = true"));
+        assert_eq!(e.field.as_deref(), Some("devices[0].bind"), "{e}");
+        assert_eq!(e.line, Some(13), "{e}");
+        assert!(
+            e.message.contains("only passthrough devices take bind"),
+            "{e}"
+        );
+        let e = err(&GOOD
+            .replace("kind = \"nvme\"\nsize = \"64M\"", block)
+            .replace("seed = 7", "seed = 7\nexecutor = \"host\""));
+        assert_eq!(e.field.as_deref(), Some("devices[0].bind"), "{e}");
+        assert!(e.message.contains("needs executor = \"qemu\""), "{e}");
     }
 
     /// GOOD with a second `[[devices]]` block (lines 14 to 17) before

@@ -33,9 +33,11 @@ pub(super) fn prepare(
     let repo = paths::repo_root();
     let cache = paths::cache_root();
     // Inputs: devices first (cheap, and they fail fast on a bad passthrough).
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let prepared = devices::prepare(&spec.devices, &rd.devices_dir(), Path::new("/sys"), &mounts)
+    let prepared = devices::prepare(&spec.devices, &rd.devices_dir(), &devices::Host::real())
         .map_err(|e| RunError::Setup(e.to_string()))?;
+    // Controllers taken from their driver (bind = true), given back when
+    // the executor holding them is dropped.
+    let mut bound = None;
     m.devices = prepared.iter().map(|d| d.manifest_entry()).collect();
     for d in &prepared {
         if let Some(n) = &d.note {
@@ -69,6 +71,8 @@ pub(super) fn prepare(
                 decision.reasons.join("; ")
             )));
             m.accel = Some(decision);
+            let b = devices::passthrough::bind_for_run(&prepared, &dir);
+            bound = Some(b.map_err(|e| RunError::Setup(e.to_string()))?);
             Box::new(QemuExecutor {
                 config,
                 cmdline_extra: spec.vm.cmdline.clone(),
@@ -100,7 +104,10 @@ pub(super) fn prepare(
             ));
         }
     };
-    Ok(executor)
+    Ok(match bound {
+        Some(b) => b.hold(executor),
+        None => executor,
+    })
 }
 
 type Helpers = Vec<(guestbin::Helper, PathBuf)>;

@@ -64,6 +64,9 @@ pub enum RunError {
         dir: PathBuf,
         differences: Vec<String>,
     },
+    /// `--dry-run`: everything was printed, nothing was done.
+    #[error("dry run: nothing was written, bound or started")]
+    DryRun,
     /// Another process holds the run directory (running or resuming it).
     #[error("run directory {} is in use by {}", dir.display(), crate::lock::holder_text(*pid))]
     InUse { dir: PathBuf, pid: Option<u32> },
@@ -80,6 +83,7 @@ pub struct RunResult {
 }
 
 mod boots;
+mod dry_run;
 mod inputs;
 pub(crate) mod start;
 mod vm;
@@ -144,6 +148,9 @@ fn run_timed(
             loaded.spec.slurm.task_executor = loaded.spec.experiment.executor;
         }
         loaded.spec.experiment.executor = e;
+    }
+    if opts.dry_run {
+        return Err(dry_run::run(&loaded, spec_path, opts));
     }
     if loaded.spec.experiment.executor == ExecutorKind::Slurm {
         return crate::slurm::submit::run(&loaded, &plan, spec_path, opts, progress);

@@ -158,6 +158,8 @@ pub(super) fn prepare_vm(
     };
     let decision = accel::decide(requested, Path::new("/dev/kvm"), &cpuinfo, &mut probe)
         .map_err(|e| RunError::Setup(e.to_string()))?;
+    devices::passthrough::require_kvm(prepared, &decision)
+        .map_err(|e| RunError::Setup(e.to_string()))?;
     config.accel = decision.used;
     Ok((config, decision, inputs))
 }

@@ -1,6 +1,15 @@
 //! Storage devices of a run: backing files the testbed creates in the run
-//! directory, and the checks that keep passthrough away from disks it must
-//! not touch.
+//! directory, and passthrough of real NVMe controllers: the checks that
+//! keep it away from disks it must not touch (`checks`, `usage`), and with
+//! `bind = true` the rebinding to vfio-pci and back (`passthrough`).
+
+pub mod checks;
+#[cfg(test)]
+pub(crate) mod fake;
+pub mod passthrough;
+pub mod state;
+pub mod sysfs;
+pub mod usage;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::OpenOptionsExt;
@@ -8,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use testbed_agent::protocol::DeviceRef;
 
+pub use self::sysfs::Host;
 use crate::hostinfo::human_bytes;
 use crate::qemu::argv::{Backing, QemuDevice};
 use crate::spec::{Backend, DeviceKind, DeviceSpec, HostCache};
@@ -16,6 +26,13 @@ use crate::spec::{Backend, DeviceKind, DeviceSpec, HostCache};
 pub enum DeviceError {
     #[error("device {name:?}: {reason}")]
     Refused { name: String, reason: String },
+    /// Binding to vfio-pci or restoring the original driver went wrong.
+    #[error("device {name:?}: passthrough of {pci}: {reason}")]
+    Passthrough {
+        name: String,
+        pci: String,
+        reason: String,
+    },
     #[error(
         "backing files in {} may grow to {} (their declared sizes), but its filesystem has only {} free; \
          free space, shrink devices[].size or use backend = \"null\"",
@@ -33,6 +50,14 @@ pub enum DeviceError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// A passthrough refusal, naming the device, its address and the reason.
+pub(crate) fn refused(name: &str, pci: &str, reason: String) -> DeviceError {
+    DeviceError::Refused {
+        name: name.to_string(),
+        reason: format!("passthrough of {pci} refused: {reason}"),
+    }
 }
 
 /// A device ready to hand to QEMU, plus what the manifest records.
@@ -58,19 +83,56 @@ impl PreparedDevice {
     }
 }
 
-/// Creates (or on resume reuses) sparse backing files under `dir`.
+/// Creates (or on resume reuses) sparse backing files under `dir`, and
+/// checks passthrough controllers on `host` (nothing is rebound here: see
+/// [`passthrough::bind_for_run`]).
 pub fn prepare(
     specs: &[DeviceSpec],
     dir: &Path,
-    sys: &Path,
-    mounts: &str,
+    host: &Host,
 ) -> Result<Vec<PreparedDevice>, DeviceError> {
     check_space(backing_growth(specs, dir), dir, free_bytes(dir)?)?;
     let mut out = Vec::new();
     for d in specs {
-        out.push(prepare_one(d, dir, sys, mounts)?);
+        out.push(if d.kind == DeviceKind::Vfio {
+            let (p, _) = check_passthrough(d, host)?;
+            p
+        } else {
+            prepare_one(d, dir)?
+        });
     }
     Ok(out)
+}
+
+/// The checks of a passthrough device (`bind = true`: all of them, with the
+/// controller on nvme; else: already on vfio-pci), as a prepared device and
+/// what they found. Reads only.
+pub fn check_passthrough(
+    d: &DeviceSpec,
+    host: &Host,
+) -> Result<(PreparedDevice, checks::Controller), DeviceError> {
+    let pci = d.pci.clone().unwrap_or_default();
+    let proc = usage::ProcFiles::read(host).map_err(|e| refused(&d.name, &pci, e))?;
+    let c = if d.bind {
+        checks::check_bindable(host, &pci, &proc)
+    } else {
+        checks::check_prebound(host, &pci, &proc)
+    }
+    .map_err(|e| refused(&d.name, &pci, e))?;
+    let note = match c.driver.as_deref() {
+        Some(drv) if d.bind && drv != "vfio-pci" => Some(format!(
+            "passthrough {pci}: moved from {drv} to vfio-pci for the run and given back after"
+        )),
+        _ => None,
+    };
+    let p = PreparedDevice {
+        spec: d.clone(),
+        qemu: QemuDevice::Vfio { host: pci },
+        files: vec![],
+        host_direct: true,
+        note,
+    };
+    Ok((p, c))
 }
 
 /// The backing file of namespace `ns` (1-based) of device `name`.
@@ -131,23 +193,7 @@ pub fn check_space(need: u64, dir: &Path, free: u64) -> Result<(), DeviceError> 
     })
 }
 
-fn prepare_one(
-    d: &DeviceSpec,
-    dir: &Path,
-    sys: &Path,
-    mounts: &str,
-) -> Result<PreparedDevice, DeviceError> {
-    if d.kind == DeviceKind::Vfio {
-        let host = d.pci.clone().unwrap_or_default();
-        check_passthrough(&d.name, &host, sys, mounts)?;
-        return Ok(PreparedDevice {
-            spec: d.clone(),
-            qemu: QemuDevice::Vfio { host },
-            files: vec![],
-            host_direct: true,
-            note: None,
-        });
-    }
+fn prepare_one(d: &DeviceSpec, dir: &Path) -> Result<PreparedDevice, DeviceError> {
     let size = d.size.map_or(0, |s| s.bytes());
     let namespaces = d.namespaces.unwrap_or(1);
     let mut backings = Vec::new();
@@ -187,7 +233,18 @@ fn prepare_one(
             *direct = host_direct;
         }
     }
-    let qemu = match d.kind {
+    Ok(PreparedDevice {
+        spec: d.clone(),
+        qemu: emulated(d, backings),
+        files,
+        host_direct: host_direct && d.backend == Backend::File,
+        note,
+    })
+}
+
+/// The QEMU device of an emulated (nvme, virtio-blk) device.
+fn emulated(d: &DeviceSpec, mut backings: Vec<Backing>) -> QemuDevice {
+    match d.kind {
         DeviceKind::Nvme => QemuDevice::Nvme {
             serial: d.name.clone(),
             namespaces: backings,
@@ -196,18 +253,37 @@ fn prepare_one(
         },
         _ => QemuDevice::VirtioBlk {
             serial: d.name.clone(),
-            backing: backings.remove(0),
+            backing: if backings.is_empty() {
+                Backing::Null {
+                    size: 0,
+                    latency_ns: 0,
+                }
+            } else {
+                backings.remove(0)
+            },
             logical_block_size: d.logical_block_size,
             queues: d.queues,
         },
-    };
-    Ok(PreparedDevice {
-        spec: d.clone(),
-        qemu,
-        files,
-        host_direct: host_direct && d.backend == Backend::File,
-        note,
-    })
+    }
+}
+
+/// What [`prepare`] would hand QEMU for an emulated device, creating
+/// nothing (`--dry-run`): backing files named under `dir`, O_DIRECT as the
+/// spec asks.
+pub fn planned_emulated(d: &DeviceSpec, dir: &Path) -> QemuDevice {
+    let backings = (1..=d.namespaces.unwrap_or(1))
+        .map(|ns| match d.backend {
+            Backend::Null => Backing::Null {
+                size: d.size.map_or(0, |s| s.bytes()),
+                latency_ns: d.latency_ns.unwrap_or(0),
+            },
+            Backend::File => Backing::File {
+                path: backing_path(dir, &d.name, ns),
+                direct: d.host_cache == HostCache::None,
+            },
+        })
+        .collect();
+    emulated(d, backings)
 }
 
 /// A sparse file of exactly `size` bytes; an existing one of that size is kept.
@@ -257,159 +333,83 @@ pub fn host_refs(
     out
 }
 
-/// Refuses a passthrough controller unless it is plainly safe to take: it
-/// exists, is an NVMe controller, is bound to vfio-pci (the testbed never
-/// rebinds a driver itself), and none of its namespaces is mounted, used as
-/// swap, held by another device (LVM, md) or holds the root filesystem.
-pub fn check_passthrough(
-    name: &str,
-    pci: &str,
-    sys: &Path,
-    mounts: &str,
-) -> Result<(), DeviceError> {
-    let refuse = |reason: String| DeviceError::Refused {
-        name: name.to_string(),
-        reason: format!("passthrough of {pci} refused: {reason}"),
-    };
-    let valid = pci.len() == 12
-        && pci.chars().enumerate().all(|(i, c)| match i {
-            4 | 7 => c == ':',
-            10 => c == '.',
-            _ => c.is_ascii_hexdigit(),
-        });
-    if !valid {
-        return Err(refuse("not a full PCI address like 0000:3b:00.0".into()));
-    }
-    let dev = sys.join("bus/pci/devices").join(pci);
-    if !dev.exists() {
-        return Err(refuse("no such PCI device".into()));
-    }
-    let class = std::fs::read_to_string(dev.join("class")).unwrap_or_default();
-    if !class.trim().starts_with("0x0108") {
-        return Err(refuse(format!(
-            "class {} is not an NVMe controller (0x0108xx)",
-            class.trim()
-        )));
-    }
-    // Block devices still visible through the nvme driver.
-    let mut disks = Vec::new();
-    if let Ok(ctrls) = std::fs::read_dir(dev.join("nvme")) {
-        for c in ctrls.flatten() {
-            if let Ok(entries) = std::fs::read_dir(c.path()) {
-                for e in entries.flatten() {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    if n.starts_with("nvme") && n.contains('n') && e.path().join("size").exists() {
-                        disks.push(n);
-                    }
-                }
-            }
-        }
-    }
-    for disk in &disks {
-        for line in mounts.lines() {
-            let mut f = line.split_whitespace();
-            let (src, target) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-            if src.starts_with(&format!("/dev/{disk}")) {
-                let what = if target == "/" {
-                    "holds the root filesystem"
-                } else {
-                    "is mounted"
-                };
-                return Err(refuse(format!("/dev/{disk} {what} (on {target})")));
-            }
-        }
-        let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
-        if swaps
-            .lines()
-            .any(|l| l.starts_with(&format!("/dev/{disk}")))
-        {
-            return Err(refuse(format!("/dev/{disk} is in use as swap")));
-        }
-        let holders = sys.join("block").join(disk).join("holders");
-        if std::fs::read_dir(&holders)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(false)
-        {
-            return Err(refuse(format!(
-                "/dev/{disk} is held by another device (LVM, md, dm)"
-            )));
-        }
-    }
-    let driver = std::fs::read_link(dev.join("driver"))
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    match driver.as_deref() {
-        Some("vfio-pci") => Ok(()),
-        Some(other) => Err(refuse(format!(
-            "bound to {other}, not vfio-pci; unbind it and bind vfio-pci yourself once you are sure nothing on it matters"
-        ))),
-        None => Err(refuse(
-            "bound to no driver; bind it to vfio-pci first".into(),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::units::Size;
 
-    fn fake_ctrl(sys: &Path, pci: &str, class: &str, disk: Option<&str>, driver: Option<&str>) {
-        let dev = sys.join("bus/pci/devices").join(pci);
-        std::fs::create_dir_all(&dev).unwrap();
-        std::fs::write(dev.join("class"), class).unwrap();
-        if let Some(d) = disk {
-            let p = dev.join("nvme/nvme0").join(d);
-            std::fs::create_dir_all(&p).unwrap();
-            std::fs::write(p.join("size"), "100").unwrap();
-            std::fs::create_dir_all(sys.join("block").join(d).join("holders")).unwrap();
-        }
-        if let Some(drv) = driver {
-            let target = sys.join("bus/pci/drivers").join(drv);
-            std::fs::create_dir_all(&target).unwrap();
-            std::os::unix::fs::symlink(&target, dev.join("driver")).unwrap();
+    /// A passthrough device as a spec declares it.
+    pub(crate) fn passthrough_spec(name: &str, pci: &str, bind: bool) -> DeviceSpec {
+        DeviceSpec {
+            name: name.into(),
+            kind: DeviceKind::Vfio,
+            backend: Backend::File,
+            size: None,
+            logical_block_size: 512,
+            namespaces: None,
+            queues: None,
+            latency_ns: None,
+            host_cache: HostCache::None,
+            pci: Some(pci.into()),
+            bind,
         }
     }
 
+    /// Without `bind`, as before: a controller someone bound to vfio-pci is
+    /// taken as is, anything else is refused and nothing is written.
     #[test]
-    fn passthrough_refuses_unsafe_devices_and_accepts_a_vfio_bound_one() {
-        let t = tempfile::tempdir().unwrap();
-        let sys = t.path();
-        fake_ctrl(
-            sys,
-            "0000:01:00.0",
-            "0x010802\n",
-            Some("nvme0n1"),
-            Some("nvme"),
+    fn passthrough_without_bind_takes_only_a_controller_already_on_vfio() {
+        use fake::{FakeHost, PCI};
+        let f = FakeHost::good();
+        f.controller("0000:02:00.0", "0x020000", Some("e1000e"), None);
+        f.controller("0000:03:00.0", "0x010802", Some("vfio-pci"), None);
+        let check = |pci: &str| {
+            check_passthrough(&passthrough_spec("d", pci, false), &f.host)
+                .map(|(p, _)| p)
+                .map_err(|e| e.to_string())
+        };
+        f.append("proc/mounts", "/dev/nvme0n1p1 / ext4 rw 0 0\n");
+        let e = check(PCI).unwrap_err();
+        assert!(
+            e.starts_with("device \"d\": passthrough of 0000:01:00.0 refused: "),
+            "{e}"
         );
-        fake_ctrl(sys, "0000:02:00.0", "0x020000\n", None, Some("e1000e"));
-        fake_ctrl(sys, "0000:03:00.0", "0x010802\n", None, Some("vfio-pci"));
-        let mounts = "/dev/nvme0n1p2 / ext4 rw 0 0\n";
-        let e = check_passthrough("d", "0000:01:00.0", sys, mounts)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("holds the root filesystem"), "{e}");
-        let e = check_passthrough("d", "0000:01:00.0", sys, "/dev/nvme0n1 /data xfs rw 0 0\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("is mounted"), "{e}");
-        let e = check_passthrough("d", "0000:01:00.0", sys, "")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("bound to nvme"), "{e}");
-        let e = check_passthrough("d", "0000:02:00.0", sys, "")
-            .unwrap_err()
-            .to_string();
+        assert!(
+            e.contains("partition /dev/nvme0n1p1 holds the root filesystem"),
+            "{e}"
+        );
+        f.file("proc/mounts", "/dev/nvme0n1 /data xfs rw 0 0\n");
+        let e = check(PCI).unwrap_err();
+        assert!(
+            e.contains("namespace /dev/nvme0n1 is mounted on /data"),
+            "{e}"
+        );
+        f.file("proc/mounts", "");
+        let e = check(PCI).unwrap_err();
+        assert!(
+            e.contains("bound to nvme, not vfio-pci; set bind = true"),
+            "{e}"
+        );
+        let e = check("0000:02:00.0").unwrap_err();
         assert!(e.contains("not an NVMe controller"), "{e}");
-        let e = check_passthrough("d", "0000:09:00.0", sys, "")
-            .unwrap_err()
-            .to_string();
+        let e = check("0000:09:00.0").unwrap_err();
         assert!(e.contains("no such PCI device"), "{e}");
-        let e = check_passthrough("d", "01:00.0", sys, "")
-            .unwrap_err()
-            .to_string();
+        let e = check("01:00.0").unwrap_err();
         assert!(e.contains("not a full PCI address"), "{e}");
-        check_passthrough("d", "0000:03:00.0", sys, mounts).unwrap();
+        let p = check("0000:03:00.0").unwrap();
+        assert_eq!(
+            p.qemu,
+            QemuDevice::Vfio {
+                host: "0000:03:00.0".into()
+            }
+        );
+        assert_eq!(p.note, None);
+        // Only the checks ran: the controllers are where they were.
+        assert_eq!(f.driver(PCI).as_deref(), Some("nvme"));
+        assert_eq!(
+            f.read("sys/bus/pci/devices/0000:01:00.0/driver_override"),
+            "(null)\n"
+        );
     }
 
     fn file_device(name: &str, size: u64, namespaces: Option<u32>) -> DeviceSpec {
@@ -424,6 +424,7 @@ mod tests {
             latency_ns: None,
             host_cache: HostCache::None,
             pci: None,
+            bind: false,
         }
     }
 
@@ -472,14 +473,9 @@ mod tests {
         let free = free_bytes(&dir).unwrap();
         // Twice what the filesystem has (others may free some meanwhile).
         let size = (free / 512 * 2 + 1) * 512;
-        let e = prepare(
-            &[file_device("huge", size, None)],
-            &dir,
-            Path::new("/sys"),
-            "",
-        )
-        .unwrap_err()
-        .to_string();
+        let e = prepare(&[file_device("huge", size, None)], &dir, &Host::real())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("may grow to"), "{e}");
         assert!(!dir.join("huge.img").exists(), "no file created: {e}");
     }
@@ -499,18 +495,8 @@ mod tests {
         )
         .unwrap();
         let dir = t.path().join("devices");
-        let big = prepare(
-            &[file_device("big", 64 << 20, None)],
-            &dir,
-            Path::new("/sys"),
-            "",
-        );
-        let small = prepare(
-            &[file_device("small", 8 << 20, None)],
-            &dir,
-            Path::new("/sys"),
-            "",
-        );
+        let big = prepare(&[file_device("big", 64 << 20, None)], &dir, &Host::real());
+        let small = prepare(&[file_device("small", 8 << 20, None)], &dir, &Host::real());
         umount2(t.path(), MntFlags::MNT_DETACH).unwrap();
         let e = big.unwrap_err().to_string();
         assert!(e.contains("may grow to 64.0M"), "{e}");
@@ -532,8 +518,9 @@ mod tests {
             latency_ns: None,
             host_cache: HostCache::None,
             pci: None,
+            bind: false,
         };
-        let p = prepare(std::slice::from_ref(&spec), t.path(), Path::new("/sys"), "").unwrap();
+        let p = prepare(std::slice::from_ref(&spec), t.path(), &Host::real()).unwrap();
         assert_eq!(p[0].files.len(), 2);
         let meta = std::fs::metadata(&p[0].files[0]).unwrap();
         assert_eq!(meta.len(), 64 << 20);
@@ -548,7 +535,7 @@ mod tests {
             .set_len(64 << 20)
             .unwrap();
         // Same size: kept as is (a resumed run keeps its data).
-        let again = prepare(std::slice::from_ref(&spec), t.path(), Path::new("/sys"), "").unwrap();
+        let again = prepare(std::slice::from_ref(&spec), t.path(), &Host::real()).unwrap();
         assert_eq!(
             std::fs::metadata(&again[0].files[1]).unwrap().len(),
             64 << 20

@@ -1,0 +1,150 @@
+//! The checks that keep passthrough away from a controller the host still
+//! needs. They only read; each refusal says what it found.
+
+use super::sysfs::{Host, entries, link_name, read_trim};
+use super::usage::{self, ProcFiles};
+
+/// The PCI class of an NVM Express controller (mass storage, NVM, NVMe).
+pub const NVME_CLASS: &str = "0x010802";
+/// PCI-to-PCI bridges: allowed to share the controller's IOMMU group.
+const BRIDGE_CLASS_PREFIX: &str = "0x0604";
+/// Drivers a group peer may be bound to: they hand no DMA to the host.
+const HARMLESS_DRIVERS: [&str; 2] = ["vfio-pci", "pci-stub"];
+
+/// What the checks found, for the dry run and the state file.
+#[derive(Debug, Clone, Default)]
+pub struct Controller {
+    pub pci: String,
+    pub vendor: String,
+    pub device: String,
+    pub driver: Option<String>,
+    pub iommu_group: Option<String>,
+    /// The other members of its IOMMU group, each with why it is allowed.
+    pub group_peers: Vec<String>,
+    /// Namespaces and partitions found unused.
+    pub disks: Vec<String>,
+}
+
+/// `0000:3b:00.0`: domain, bus, slot and function, all written out.
+pub fn valid_address(pci: &str) -> bool {
+    pci.len() == 12
+        && pci.chars().enumerate().all(|(i, c)| match i {
+            4 | 7 => c == ':',
+            10 => c == '.',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// Exists and is an NVMe controller.
+fn inspect(host: &Host, pci: &str) -> Result<Controller, String> {
+    if !valid_address(pci) {
+        return Err("not a full PCI address like 0000:3b:00.0".into());
+    }
+    let dev = host.pci_dev(pci);
+    if !dev.exists() {
+        return Err("no such PCI device".into());
+    }
+    let class = read_trim(&dev.join("class")).unwrap_or_default();
+    if class != NVME_CLASS {
+        return Err(format!(
+            "class {class:?} is not an NVMe controller ({NVME_CLASS})"
+        ));
+    }
+    Ok(Controller {
+        pci: pci.to_string(),
+        vendor: read_trim(&dev.join("vendor")).unwrap_or_default(),
+        device: read_trim(&dev.join("device")).unwrap_or_default(),
+        driver: host.driver(pci),
+        ..Controller::default()
+    })
+}
+
+/// `bind = false`: the controller must already be on vfio-pci (someone
+/// bound it by hand); the testbed writes nothing.
+pub fn check_prebound(host: &Host, pci: &str, proc: &ProcFiles) -> Result<Controller, String> {
+    let mut c = inspect(host, pci)?;
+    c.disks = usage::check_unused(host, pci, proc)?;
+    match c.driver.as_deref() {
+        Some("vfio-pci") => Ok(c),
+        Some(other) => Err(format!(
+            "bound to {other}, not vfio-pci; set bind = true to let the testbed rebind it for the run, or bind vfio-pci yourself"
+        )),
+        None => Err("bound to no driver; bind it to vfio-pci first".into()),
+    }
+}
+
+/// `bind = true`: everything that must hold before the testbed rebinds the
+/// controller, checked while it is still on the nvme driver (so that its
+/// namespaces are visible).
+pub fn check_bindable(host: &Host, pci: &str, proc: &ProcFiles) -> Result<Controller, String> {
+    let mut c = inspect(host, pci)?;
+    match c.driver.as_deref() {
+        Some("nvme" | "vfio-pci") => {}
+        Some(other) => {
+            return Err(format!(
+                "bound to {other}: bind = true takes a controller from the nvme driver only"
+            ));
+        }
+        None => {
+            return Err(
+                "bound to no driver: bind = true takes a controller from the nvme driver only"
+                    .into(),
+            );
+        }
+    }
+    let group = iommu_group(host, pci)?;
+    c.group_peers = group_peers(host, pci, &group)?;
+    c.iommu_group = Some(group);
+    if !host.path("sys/bus/pci/drivers/vfio-pci").is_dir() {
+        return Err(
+            "the vfio-pci driver is not loaded (no /sys/bus/pci/drivers/vfio-pci): run `modprobe vfio-pci` first"
+                .into(),
+        );
+    }
+    c.disks = usage::check_unused(host, pci, proc)?;
+    Ok(c)
+}
+
+/// The IOMMU group of the controller; refuses when the IOMMU is off.
+fn iommu_group(host: &Host, pci: &str) -> Result<String, String> {
+    if entries(&host.path("sys/kernel/iommu_groups")).is_empty() {
+        return Err(
+            "the IOMMU is off (/sys/kernel/iommu_groups is empty): boot the host with intel_iommu=on or amd_iommu=on"
+                .into(),
+        );
+    }
+    link_name(&host.pci_dev(pci).join("iommu_group")).ok_or_else(|| {
+        "it has no IOMMU group (no iommu_group link): vfio-pci cannot take it".into()
+    })
+}
+
+/// The other devices of the group; refuses one bound to a host driver.
+/// Bridges are allowed whatever their driver (pcieport): vfio accepts
+/// them, and they do no DMA of their own.
+fn group_peers(host: &Host, pci: &str, group: &str) -> Result<Vec<String>, String> {
+    let mut peers = Vec::new();
+    let dir = host
+        .path("sys/kernel/iommu_groups")
+        .join(group)
+        .join("devices");
+    for peer in entries(&dir).into_iter().filter(|p| p != pci) {
+        let class = read_trim(&host.pci_dev(&peer).join("class")).unwrap_or_default();
+        let driver = host.driver(&peer);
+        let allowed = if class.starts_with(BRIDGE_CLASS_PREFIX) {
+            "a bridge"
+        } else {
+            match driver.as_deref() {
+                None => "bound to no driver",
+                Some(d) if HARMLESS_DRIVERS.contains(&d) => "bound to a stub driver",
+                Some(d) => {
+                    return Err(format!(
+                        "its IOMMU group {group} also holds {peer} (class {class}, bound to {d}): \
+                         vfio-pci takes the whole group, so {peer} would lose its driver too"
+                    ));
+                }
+            }
+        };
+        peers.push(format!("{peer} ({allowed})"));
+    }
+    Ok(peers)
+}
