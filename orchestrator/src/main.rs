@@ -70,6 +70,9 @@ enum Command {
     /// Merge a Slurm run's tasks into its run directory (samples, summary,
     /// manifest), as a direct run would have left them.
     Collect { run: PathBuf },
+    /// A one-node Slurm cluster in DIR (munged, slurmctld, slurmd from
+    /// Debian), to try the slurm executor on this machine; Ctrl-C stops it.
+    SlurmLocal { dir: PathBuf },
     /// What each Slurm array task runs (from RUN/slurm/array.sh).
     #[command(hide = true)]
     SlurmTask {
@@ -301,6 +304,20 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             let result = testbed::slurm::collect::collect(&run, progress.as_mut());
             drop(progress);
             run_outcome(result, "SPEC")
+        }
+        Command::SlurmLocal { dir } => {
+            let cluster = testbed::slurm::local::LocalSlurm::start(&dir)?;
+            println!(
+                "one-node Slurm running ({} CPUs on node {}); in another shell:\n  export SLURM_CONF={}\nCtrl-C stops it",
+                cluster.cpus,
+                cluster.node,
+                cluster.conf.display()
+            );
+            while !executor::interrupted() {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            drop(cluster);
+            Ok(ExitCode::SUCCESS)
         }
         Command::SlurmTask { run, task } => {
             let mut progress = progress::for_terminal();

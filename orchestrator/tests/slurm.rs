@@ -36,11 +36,16 @@ fn private_dir() -> tempfile::TempDir {
 /// directory above its socket searchable by all, so not under the
 /// tests' 0700 directories (LocalSlurm keeps its key and state in a 0700
 /// subdirectory).
-fn cluster(_t: &Path) -> (tempfile::TempDir, LocalSlurm) {
+fn cluster(t: &Path) -> (tempfile::TempDir, LocalSlurm) {
+    cluster_with(t, 100_001)
+}
+
+/// A cluster whose arrays take indices below `max_array_size`.
+fn cluster_with(_t: &Path, max_array_size: u32) -> (tempfile::TempDir, LocalSlurm) {
     use std::os::unix::fs::PermissionsExt;
     let t = tempfile::tempdir().unwrap();
     std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let c = LocalSlurm::start(&t.path().join("slurm"))
+    let c = LocalSlurm::start_with(&t.path().join("slurm"), max_array_size)
         .unwrap_or_else(|e| panic!("local Slurm did not start: {e}"));
     (t, c)
 }
@@ -159,7 +164,9 @@ fn point_ids(run: &Path) -> Vec<String> {
 fn a_quick_spec_as_a_job_array_collects_to_what_a_direct_run_gives() {
     let _s = serial();
     let t = private_dir();
-    let (_ct, c) = cluster(t.path());
+    // Arrays of at most 3 tasks here, as on a site with a small
+    // MaxArraySize: the 4 tasks go in two arrays.
+    let (_ct, c) = cluster_with(t.path(), 3);
     let spec = fault_spec(
         t.path(),
         "slurm-e2e",
@@ -191,6 +198,18 @@ fn a_quick_spec_as_a_job_array_collects_to_what_a_direct_run_gives() {
     let m = json(&run.join("manifest.json"));
     assert_eq!(m["status"], "complete", "{}", text(&o));
     assert_eq!(m["executor"], "slurm");
+    let subs = m["inputs"]["slurm"]["submissions"].as_array().unwrap();
+    assert_eq!(subs.len(), 2, "{subs:?}");
+    assert_eq!(subs[0]["tasks"], serde_json::json!([0, 1, 2]));
+    assert_eq!(
+        (subs[1]["tasks"].clone(), subs[1]["offset"].clone()),
+        (serde_json::json!([3]), serde_json::json!(3))
+    );
+    assert!(
+        subs[1]["argv"].to_string().contains("--array=0"),
+        "{}",
+        subs[1]
+    );
     assert_eq!(point_ids(&run), point_ids(&direct));
     assert_eq!(point_ids(&run).len(), 4);
     let (rows, run_ids) = sample_rows(&run);
@@ -445,6 +464,13 @@ fn a_200_task_array_measures_the_testbeds_per_task_overhead() {
         task_wall += wall;
         overhead.push(wall - points);
     }
+    // Collecting again (it is idempotent) times the merge alone.
+    let collect_started = Instant::now();
+    let o = testbed(&c, &["collect", run.to_str().unwrap()]);
+    let collect_s = collect_started.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(json(&run.join("manifest.json"))["status"], "complete");
+    assert_eq!(point_ids(&run).len(), 200);
     overhead.sort_by(f64::total_cmp);
     let mean = overhead.iter().sum::<f64>() / overhead.len() as f64;
     let p50 = overhead[overhead.len() / 2];
@@ -453,7 +479,7 @@ fn a_200_task_array_measures_the_testbeds_per_task_overhead() {
     eprintln!(
         "slurm scale: 200 tasks on {} CPU(s): makespan {makespan:.1} s (submit, run, collect); \
          testbed per task: mean {mean:.3} s, p50 {p50:.3} s, p95 {p95:.3} s; \
-         sum of task walls {task_wall:.1} s; \
+         sum of task walls {task_wall:.1} s; collect alone {collect_s:.1} s; \
          Slurm and start-up per task (makespan x slots - task walls) / tasks: {:.3} s",
         c.cpus,
         (makespan * slots - task_wall) / 200.0

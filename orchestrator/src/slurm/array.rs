@@ -97,13 +97,34 @@ impl ArrayState {
     }
 }
 
-/// One `sbatch` of some of the tasks.
+/// One `sbatch` of some of the tasks. Slurm numbers an array's tasks
+/// below its MaxArraySize, so task `t` runs as array index `t - offset`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Submission {
     pub job_id: String,
     pub tasks: Vec<u32>,
+    #[serde(default)]
+    pub offset: u32,
     pub at: String,
     pub argv: Vec<String>,
+}
+
+/// The tasks in windows that fit arrays of `max_array_size` indices:
+/// (offset, tasks) per sbatch.
+pub fn windows(tasks: &[u32], max_array_size: u32) -> Vec<(u32, Vec<u32>)> {
+    let size = max_array_size.max(1);
+    let mut out: Vec<(u32, Vec<u32>)> = Vec::new();
+    let mut sorted = tasks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    for t in sorted {
+        let offset = t / size * size;
+        match out.last_mut() {
+            Some((o, ts)) if *o == offset => ts.push(t),
+            _ => out.push((offset, vec![t])),
+        }
+    }
+    out
 }
 
 /// The point ids in plan order, `chunk` per task.
@@ -226,6 +247,7 @@ pub fn batch_script(
     for (k, v) in &state.env {
         lines.push(format!("export {k}={}", quote(v)));
     }
+    // sbatch --export sets TESTBED_TASK_OFFSET for arrays after the first.
     lines.push(format!(
         "exec {} slurm-task {}",
         quote(&state.testbed.to_string_lossy()),
@@ -249,6 +271,20 @@ mod tests {
         assert_eq!(parse_task_list("1-7:3"), Some(vec![1, 4, 7]));
         assert_eq!(parse_task_list("3-1"), None);
         assert_eq!(parse_task_list("x"), None);
+    }
+
+    #[test]
+    fn tasks_past_the_array_size_go_in_further_arrays_with_an_offset() {
+        let w = windows(&[0, 1, 2, 3, 7, 1000, 1001, 2500], 1000);
+        assert_eq!(
+            w,
+            [
+                (0, vec![0, 1, 2, 3, 7]),
+                (1000, vec![1000, 1001]),
+                (2000, vec![2500])
+            ]
+        );
+        assert_eq!(windows(&[3, 1], 1001), [(0, vec![1, 3])]);
     }
 
     #[test]

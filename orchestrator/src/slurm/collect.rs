@@ -51,7 +51,10 @@ pub fn collect(run_dir: &Path, progress: &mut dyn Progress) -> Result<RunResult,
         let tdir = RunDir {
             root: dir.task_dir(task),
         };
-        let job = state.job_of(task).map(|s| s.job_id.clone());
+        // As Slurm names the task: JOB_INDEX.
+        let job = state
+            .job_of(task)
+            .map(|s| format!("{}_{}", s.job_id, task - s.offset));
         let tm = manifest::read(&tdir.manifest()).ok();
         let info = tm
             .as_ref()

@@ -90,6 +90,12 @@ impl LocalSlurm {
     /// the key, state and logs are in a 0700 subdirectory), and waits
     /// until the node takes jobs.
     pub fn start(dir: &Path) -> Result<LocalSlurm, SlurmError> {
+        Self::start_with(dir, 100_001)
+    }
+
+    /// As [`LocalSlurm::start`], with the cluster's `MaxArraySize` (array
+    /// task ids below it; sites often keep Slurm's default of 1001).
+    pub fn start_with(dir: &Path, max_array_size: u32) -> Result<LocalSlurm, SlurmError> {
         let dir = std::path::absolute(dir).map_err(|e| local_err("directory", e))?;
         mkdir(&dir, 0o711)?;
         let private = dir.join("private");
@@ -175,7 +181,7 @@ impl LocalSlurm {
              ReturnToService=2\n\
              MpiDefault=none\n\
              MinJobAge=3600\n\
-             MaxArraySize=100001\n\
+             MaxArraySize={max_array_size}\n\
              MaxJobCount=200000\n\
              {decl} State=UNKNOWN\n\
              PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",

@@ -33,6 +33,11 @@ pub const TASK_INPUT: &str = "slurm_task";
 /// tasks (with nodes and per-task manifests).
 pub const ARRAY_INPUT: &str = "slurm";
 
+/// Added to `SLURM_ARRAY_TASK_ID` to give the task (set with `sbatch
+/// --export` for the arrays after the first, as array indices stay below
+/// the cluster's MaxArraySize).
+pub const TASK_OFFSET_ENV: &str = "TESTBED_TASK_OFFSET";
+
 /// Set in the batch script: a task must find every input in the cache.
 pub const NO_BUILD_ENV: &str = "TESTBED_NO_BUILD";
 

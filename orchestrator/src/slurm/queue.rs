@@ -153,6 +153,32 @@ pub fn parse_sacct(text: &str, job_id: &str) -> BTreeMap<u32, TaskState> {
     out
 }
 
+/// The cluster's MaxArraySize (array indices stay below it): from
+/// `scontrol show config`, Slurm's default 1001 if it does not say.
+pub fn max_array_size() -> Result<u32, SlurmError> {
+    let out = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .map_err(|e| SlurmError::Command {
+            command: "scontrol show config".into(),
+            detail: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(SlurmError::Command {
+            command: "scontrol show config".into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(parse_max_array_size(&String::from_utf8_lossy(&out.stdout)).unwrap_or(1001))
+}
+
+fn parse_max_array_size(config: &str) -> Option<u32> {
+    config.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "MaxArraySize").then(|| v.trim().parse().ok())?
+    })
+}
+
 /// `sbatch --parsable` prints "JOBID" or "JOBID;CLUSTER".
 pub fn parse_job_id(stdout: &str) -> Option<String> {
     let id = stdout.trim().split(';').next()?.trim();
@@ -185,6 +211,13 @@ mod tests {
         assert_eq!(t[&1].state, "CANCELLED");
         assert_eq!(t[&2].reason.as_deref(), Some("Resources"));
         assert_eq!(t[&2].node, None);
+    }
+
+    #[test]
+    fn max_array_size_from_the_config() {
+        let text = "MaxArraySize            = 1001\nMaxJobCount             = 10000\n";
+        assert_eq!(parse_max_array_size(text), Some(1001));
+        assert_eq!(parse_max_array_size("MaxJobCount = 5\n"), None);
     }
 
     #[test]

@@ -58,11 +58,8 @@ pub fn render(run_dir: &Path) -> Result<String, SlurmError> {
     let mut done = 0;
     for (task, ids) in state.tasks.iter().enumerate() {
         let task = task as u32;
-        let job = state.job_of(task).map(|s| s.job_id.clone());
-        let st = job
-            .as_ref()
-            .and_then(|j| slurm.get(j))
-            .and_then(|t| t.get(&task));
+        let sub = state.job_of(task);
+        let st = sub.and_then(|s| slurm.get(&s.job_id)?.get(&(task - s.offset)));
         let tm = manifest::read(&dir.task_dir(task).join("manifest.json")).ok();
         let run = match &tm {
             Some(m) => {
@@ -93,7 +90,7 @@ pub fn render(run_dir: &Path) -> Result<String, SlurmError> {
             out,
             "{task:>5}  {:>6}  {:<10}  {slurm_text:<18}  {node:<12}  {run}",
             ids.len(),
-            job.map(|j| format!("{j}_{task}"))
+            sub.map(|s| format!("{}_{}", s.job_id, task - s.offset))
                 .unwrap_or_else(|| "-".into()),
         );
     }

@@ -101,14 +101,25 @@ pub fn run(
         let script = array::batch_script(&dir, &state, &spec.slurm, &res);
         crate::fsutil::write_atomic(&dir.script(), script.as_bytes())
             .map_err(|e| setup(format!("{}: {e}", dir.script().display())))?;
-        let sub = sbatch(&dir, &to_submit, spec.slurm.max_parallel).map_err(setup)?;
-        progress.event(Event::Stage(format!(
-            "submitted job {}: {} task(s) of at most {} point(s) each",
-            sub.job_id,
-            sub.tasks.len(),
-            spec.slurm.chunk
-        )));
-        state.submissions.push(sub);
+        let max_array = queue::max_array_size().map_err(setup)?;
+        for (offset, tasks) in array::windows(&to_submit, max_array) {
+            let sub = sbatch(&dir, &tasks, offset, spec.slurm.max_parallel).map_err(setup)?;
+            progress.event(Event::Stage(format!(
+                "submitted job {}: {} task(s) of at most {} point(s) each{}",
+                sub.job_id,
+                sub.tasks.len(),
+                spec.slurm.chunk,
+                if offset > 0 {
+                    format!(" (tasks from {offset}: the cluster's MaxArraySize is {max_array})")
+                } else {
+                    String::new()
+                }
+            )));
+            state.submissions.push(sub);
+            // Recorded as soon as it is submitted: a failure of the next
+            // sbatch must not lose this job's id.
+            dir.write(&state).map_err(setup)?;
+        }
     }
     dir.write(&state).map_err(setup)?;
     m.status = RunStatus::Running;
@@ -162,7 +173,13 @@ pub fn live_tasks(state: &ArrayState) -> Result<BTreeSet<u32>, SlurmError> {
         .map(|s| s.job_id.as_str())
         .collect();
     for job in jobs {
-        for (task, st) in queue::array_tasks(job)? {
+        let offset = state
+            .submissions
+            .iter()
+            .find(|s| s.job_id == job)
+            .map_or(0, |s| s.offset);
+        for (index, st) in queue::array_tasks(job)? {
+            let task = index + offset;
             // Only the task's latest job counts.
             let latest = state.job_of(task).map(|s| s.job_id.as_str());
             if latest == Some(job) && st.is_live() {
@@ -173,17 +190,23 @@ pub fn live_tasks(state: &ArrayState) -> Result<BTreeSet<u32>, SlurmError> {
     Ok(live)
 }
 
+/// Submits `tasks` (all in one window from `offset`) as one array.
 fn sbatch(
     dir: &ArrayDir,
     tasks: &[u32],
+    offset: u32,
     max_parallel: Option<u32>,
 ) -> Result<Submission, SlurmError> {
-    let argv = vec![
+    let indices: Vec<u32> = tasks.iter().map(|t| t - offset).collect();
+    let mut argv = vec![
         "sbatch".to_string(),
         "--parsable".into(),
-        format!("--array={}", array::array_spec(tasks, max_parallel)),
-        dir.script().display().to_string(),
+        format!("--array={}", array::array_spec(&indices, max_parallel)),
     ];
+    if offset > 0 {
+        argv.push(format!("--export=ALL,{}={offset}", super::TASK_OFFSET_ENV));
+    }
+    argv.push(dir.script().display().to_string());
     let out = Command::new(&argv[0])
         .args(&argv[1..])
         .output()
@@ -206,6 +229,7 @@ fn sbatch(
     Ok(Submission {
         job_id,
         tasks: tasks.to_vec(),
+        offset,
         at: manifest::utc_now(),
         argv,
     })

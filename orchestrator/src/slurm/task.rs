@@ -25,11 +25,22 @@ pub fn run(
     let setup = |e: String| RunError::Setup(e);
     let task = match task {
         Some(t) => t,
-        None => env("SLURM_ARRAY_TASK_ID")
-            .and_then(|t| t.parse().ok())
-            .ok_or_else(|| {
-                setup("SLURM_ARRAY_TASK_ID is not set: is this a Slurm array task?".into())
-            })?,
+        None => {
+            let index: u32 = env("SLURM_ARRAY_TASK_ID")
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| {
+                    setup("SLURM_ARRAY_TASK_ID is not set: is this a Slurm array task?".into())
+                })?;
+            let offset: u32 = match env(super::TASK_OFFSET_ENV) {
+                Some(o) => o.parse().map_err(|_| {
+                    setup(format!("{}={o:?} is not a number", super::TASK_OFFSET_ENV))
+                })?,
+                None => 0,
+            };
+            index
+                .checked_add(offset)
+                .ok_or_else(|| setup("task index overflows".into()))?
+        }
     };
     let dir = ArrayDir::new(run_dir);
     let state = dir.read().map_err(|e| setup(e.to_string()))?;
