@@ -1,6 +1,7 @@
-//! Kernels: resolve a descriptor (`kernel-configs/<name>.toml`) to a cached
-//! bzImage plus modules, either a stock Debian binary package or a kernel
-//! built from the pinned Debian source with fragments and patches.
+//! Kernels: resolve a descriptor (`kernel-configs/<name>.toml`, or a
+//! descriptor file named by its path) to a cached bzImage plus modules:
+//! a stock Debian binary package, or a kernel built with fragments and
+//! patches from the pinned Debian source or from the user's own tree.
 
 mod apt;
 mod build;
@@ -124,7 +125,7 @@ pub fn failed_earlier(configs_dir: &Path, name: &str) -> Option<String> {
 }
 
 /// Build (or find in the cache) a kernel from source; `name` must be a
-/// `kind = "source-build"` descriptor.
+/// `kind = "source-build"` or `kind = "local-tree"` descriptor.
 pub fn build(
     configs_dir: &Path,
     name: &str,

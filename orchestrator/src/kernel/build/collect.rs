@@ -5,22 +5,23 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{make, run};
+use super::{KTree, run};
 use crate::kernel::KernelError;
 use crate::kernel::cache::{BUILTIN_LIST, BZIMAGE};
 
 pub fn collect(
-    tree: &Path,
+    tree: &KTree,
     out: &Path,
     log: &Path,
     progress: &dyn Fn(&str),
 ) -> Result<(), KernelError> {
-    copy(&tree.join("arch/x86/boot/bzImage"), &out.join(BZIMAGE))?;
-    copy(&tree.join(".config"), &out.join("config"))?;
-    copy(&tree.join("System.map"), &out.join("System.map"))?;
+    let built = &tree.obj;
+    copy(&built.join("arch/x86/boot/bzImage"), &out.join(BZIMAGE))?;
+    copy(&built.join(".config"), &out.join("config"))?;
+    copy(&built.join("System.map"), &out.join("System.map"))?;
     for f in [BUILTIN_LIST, "modules.builtin.modinfo"] {
-        if tree.join(f).is_file() {
-            copy(&tree.join(f), &out.join(f))?;
+        if built.join(f).is_file() {
+            copy(&built.join(f), &out.join(f))?;
         }
     }
     // DWARF is only needed to make BTF; symbols and .BTF stay in the copy.
@@ -28,9 +29,9 @@ pub fn collect(
     run::run(
         Command::new("objcopy")
             .arg("--strip-debug")
-            .arg(tree.join("vmlinux"))
+            .arg(built.join("vmlinux"))
             .arg(out.join("vmlinux")),
-        tree,
+        built,
         log,
         &mut |_| {},
     )?;
@@ -47,8 +48,8 @@ pub fn collect(
     let hdr = out.join("headers");
     let arg = format!("INSTALL_HDR_PATH={}", hdr.display());
     run::run(
-        &mut make(&["headers_install", &arg]),
-        tree,
+        &mut tree.make(&["headers_install", &arg]),
+        &tree.src,
         log,
         &mut |_| {},
     )?;

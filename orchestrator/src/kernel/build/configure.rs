@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::check;
 use super::configfile::{self, Request};
 use super::kconfig::Kconfig;
-use super::{make, run};
+use super::{KTree, run};
 use crate::kernel::KernelError;
 
 /// Requests of all fragments, later ones overriding earlier ones.
@@ -21,7 +21,7 @@ pub fn requests(fragments: &[PathBuf]) -> Result<Vec<Request>, KernelError> {
 
 /// Writes the final `.config` in `tree`; fails listing every dropped option.
 pub fn configure(
-    tree: &Path,
+    tree: &KTree,
     base: &str,
     requests: &[Request],
     configs_dir: &Path,
@@ -33,16 +33,21 @@ pub fn configure(
         "configuring: {base} + {} requested options",
         requests.len()
     ));
-    run::run(&mut make(&[base]), tree, log, &mut |_| {})?;
-    let config = tree.join(".config");
+    run::run(&mut tree.make(&[base]), &tree.src, log, &mut |_| {})?;
+    let config = tree.obj.join(".config");
     let text = std::fs::read_to_string(&config).map_err(|e| KernelError::io(&config, e))?;
     let merged = configfile::merge(&text, requests);
     std::fs::write(&config, merged).map_err(|e| KernelError::io(&config, e))?;
-    run::run(&mut make(&["olddefconfig"]), tree, log, &mut |_| {})?;
+    run::run(
+        &mut tree.make(&["olddefconfig"]),
+        &tree.src,
+        log,
+        &mut |_| {},
+    )?;
 
     let text = std::fs::read_to_string(&config).map_err(|e| KernelError::io(&config, e))?;
     let final_cfg = configfile::parse_config(&text);
-    let kc = Kconfig::load(tree, super::SRCARCH)?;
+    let kc = Kconfig::load(&tree.src, super::SRCARCH)?;
     let dropped = check::check(requests, &final_cfg, &kc);
     if dropped.is_empty() {
         progress(&format!(

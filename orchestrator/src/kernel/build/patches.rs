@@ -10,9 +10,16 @@ use crate::kernel::KernelError;
 
 pub const SERIES_FILE: &str = "series";
 
-/// Patch files of series `name`, in order.
-pub fn read_series(configs_dir: &Path, name: &str) -> Result<Vec<PathBuf>, KernelError> {
-    let dir = configs_dir.join("patches").join(name);
+/// Patch files of series `name`, in order, from the first of `dirs` that
+/// has `patches/<name>/series`.
+pub fn read_series(dirs: &[PathBuf], name: &str) -> Result<Vec<PathBuf>, KernelError> {
+    let at = |d: &PathBuf| d.join("patches").join(name);
+    let dir = dirs
+        .iter()
+        .map(at)
+        .find(|d| d.join(SERIES_FILE).is_file())
+        .or_else(|| dirs.last().map(at))
+        .unwrap_or_default();
     let series = dir.join(SERIES_FILE);
     let text = std::fs::read_to_string(&series).map_err(|e| KernelError::io(&series, e))?;
     let mut out = Vec::new();
@@ -228,17 +235,32 @@ mod tests {
             "# order\n0002-b.patch\n0001-a.patch # why\n",
         )
         .unwrap();
-        let got = read_series(dir.path(), "hooks").unwrap();
+        let dirs = [dir.path().join("own"), dir.path().to_path_buf()];
+        let got = read_series(&dirs, "hooks").unwrap();
         let names: Vec<_> = got
             .iter()
             .map(|p| p.file_name().unwrap().to_owned())
             .collect();
         assert_eq!(names, vec!["0002-b.patch", "0001-a.patch"]);
         std::fs::write(s.join("series"), "0001-a.patch\n0009-nope.patch\n").unwrap();
-        let err = read_series(dir.path(), "hooks").unwrap_err().to_string();
+        let err = read_series(&dirs, "hooks").unwrap_err().to_string();
         assert!(
             err.contains("line 2") && err.contains("0009-nope.patch"),
             "{err}"
+        );
+        // A series next to the descriptor comes before ours.
+        let own = dirs[0].join("patches/hooks");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("0001-a.patch"), GOOD).unwrap();
+        std::fs::write(
+            own.join("series"),
+            "0001-a.patch
+",
+        )
+        .unwrap();
+        assert_eq!(
+            read_series(&dirs, "hooks").unwrap(),
+            vec![own.join("0001-a.patch")]
         );
     }
 }

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The testbed in your CI: the one script both examples (github-actions.yml,
+# gitlab-ci.yml) call. It
+#   1. installs the testbed from the checkout it lives in (Debian packages
+#      from orchestrator/host-tools.txt, then ./x build),
+#   2. builds your kernel tree through a `kind = "local-tree"` descriptor
+#      (cached in $TESTBED_CACHE by the tree's content: a second run of the
+#      same tree builds nothing),
+#   3. runs a quick spec against it (under TCG by default),
+#   4. compares the run with the baseline run kept in the cache:
+#      `testbed compare --fail-on-regression BASELINE NEW`. A regression
+#      fails the job (exit 4). With no baseline yet, this run is stored as
+#      the baseline and the job passes, saying so.
+#
+# Knobs (environment variables; see docs/ci/README.md):
+#   TESTBED_CI_TREE         your kernel tree: a git checkout or a plain directory
+#   TESTBED_CI_KERNEL       or your own descriptor file (kind = "local-tree"); default:
+#                           one written to $TESTBED_CI_OUT for TESTBED_CI_TREE
+#   TESTBED_CI_FRAGMENTS    config fragments of the written descriptor (default "vm-base")
+#   TESTBED_CI_SPEC         the spec to run (default experiments/smoke.toml)
+#   TESTBED_CI_REPETITIONS  repetitions (default 5; compare needs them for its intervals)
+#   TESTBED_CI_ACCEL        tcg (default), kvm or auto
+#   TESTBED_CACHE           the cache (default ~/.cache/testbed)
+#   TESTBED_CI_BASELINE     the baseline run directory (default
+#                           $TESTBED_CACHE/ci-baseline/<spec file name>)
+#   TESTBED_CI_UPDATE_BASELINE  1: a run that passes becomes the new baseline (main branch)
+#   TESTBED_CI_OUT          this job's files: descriptor, spec, run, compare.txt
+#                           (default ./testbed-ci-out)
+#   TESTBED_CI_INSTALL      needed (default): the packages this job needs; all: ./x setup;
+#                           none: install nothing. ./x build runs unless TESTBED_CI_BUILD=0.
+#
+# Exit status: 0 pass (or baseline stored), 4 regression, 5 nothing compared
+# (the baseline is of another spec), anything else: a step failed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+say() { printf '[testbed-ci] %s\n' "$*" >&2; }
+die() {
+  say "error: $*"
+  exit 1
+}
+
+CACHE=${TESTBED_CACHE:-$HOME/.cache/testbed}
+export TESTBED_CACHE=$CACHE
+SPEC=${TESTBED_CI_SPEC:-$ROOT/experiments/smoke.toml}
+REPS=${TESTBED_CI_REPETITIONS:-5}
+ACCEL=${TESTBED_CI_ACCEL:-tcg}
+OUT=${TESTBED_CI_OUT:-$PWD/testbed-ci-out}
+INSTALL=${TESTBED_CI_INSTALL:-needed}
+FRAGMENTS=${TESTBED_CI_FRAGMENTS:-vm-base}
+[ -f "$SPEC" ] || die "TESTBED_CI_SPEC: no spec at $SPEC"
+[[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "TESTBED_CI_REPETITIONS=$REPS is not a positive number"
+SPEC=$(realpath "$SPEC")
+SPEC_NAME=$(basename "$SPEC" .toml)
+BASELINE=${TESTBED_CI_BASELINE:-$CACHE/ci-baseline/$SPEC_NAME}
+mkdir -p "$OUT" "$CACHE"
+OUT=$(realpath "$OUT")
+
+# Time by step, printed at the end whatever happens.
+declare -a TIMES=()
+step_start=0
+step_name=""
+begin() {
+  step_name=$1
+  step_start=$SECONDS
+  say "== $1"
+}
+end() {
+  [ -n "$step_name" ] && TIMES+=("$(printf '%-8s %4d s' "$step_name" $((SECONDS - step_start)))")
+  step_name=""
+}
+report_times() {
+  local rc=$?
+  end
+  for t in "${TIMES[@]}"; do say "time: $t"; done
+  exit $rc
+}
+trap report_times EXIT
+
+# 1. Install. The packages come from the testbed's own table of host tools:
+# every one `./x setup` would install (all), or only those of the steps this
+# job runs (needed): building the testbed, booting VMs, building a kernel, and
+# git for provenance. A local tree needs no Debian kernel source package.
+TABLE=$ROOT/orchestrator/host-tools.txt
+packages() {
+  awk -v all="$1" '!/^#/ && NF == 3 && $2 !~ /^pip:/ {
+    if (all == "1") { print $2; next }
+    if ($2 ~ /^linux-source-/) next
+    n = split($3, needs, ",")
+    for (i = 1; i <= n; i++)
+      if (needs[i] ~ /^(build|vm|kernel-build|provenance)$/) { print $2; break }
+  }' "$TABLE" | sort -u
+}
+install_packages() {
+  local missing=() p sudo=""
+  for p in $(packages 0); do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  say "installing: ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+begin install
+case "$INSTALL" in
+  needed) install_packages ;;
+  all) "$ROOT/x" setup ;;
+  none) ;;
+  *) die "TESTBED_CI_INSTALL=$INSTALL (expected needed, all or none)" ;;
+esac
+if [ "${TESTBED_CI_BUILD:-1}" != 0 ]; then
+  "$ROOT/x" build
+fi
+TRIPLE=$(awk '$1 == "target" { print $2 }' "$ROOT/orchestrator/guest-build.txt")
+TESTBED=${CARGO_TARGET_DIR:-$ROOT/target}/$TRIPLE/release/testbed
+[ -x "$TESTBED" ] || die "no testbed binary at $TESTBED (run $ROOT/x build)"
+# The kernel build and the run check their own tools before they start and
+# name any missing one with its package.
+end
+
+# 2. The kernel: your descriptor, or one written for your tree.
+begin kernel
+toml_string() {
+  case "$1" in *'"'* | *'\'*) die "path $1 has a quote or backslash; name it in a descriptor of your own (TESTBED_CI_KERNEL)" ;; esac
+  printf '"%s"' "$1"
+}
+if [ -n "${TESTBED_CI_KERNEL:-}" ]; then
+  [ -f "$TESTBED_CI_KERNEL" ] || die "TESTBED_CI_KERNEL: no descriptor at $TESTBED_CI_KERNEL"
+  KERNEL=$(realpath "$TESTBED_CI_KERNEL")
+else
+  [ -n "${TESTBED_CI_TREE:-}" ] || die "set TESTBED_CI_TREE (your kernel tree) or TESTBED_CI_KERNEL (a descriptor)"
+  [ -d "$TESTBED_CI_TREE" ] || die "TESTBED_CI_TREE: $TESTBED_CI_TREE is not a directory"
+  KERNEL=$OUT/ci-kernel.toml
+  frags=""
+  for f in $FRAGMENTS; do frags+="${frags:+, }$(toml_string "$f")"; done
+  cat >"$KERNEL" <<EOF
+# Written by docs/ci/testbed-ci.sh for TESTBED_CI_TREE.
+kind = "local-tree"
+
+[tree]
+path = $(toml_string "$(realpath "$TESTBED_CI_TREE")")
+
+[config]
+base = "tinyconfig"
+fragments = [$frags]
+
+[modules]
+load = []
+EOF
+fi
+say "kernel descriptor $KERNEL"
+KERNEL_OUT=$("$TESTBED" kernel build "$KERNEL")
+printf '%s\n' "$KERNEL_OUT"
+KEY=$(printf '%s\n' "$KERNEL_OUT" | awk '$1 == "key" { print $2 }')
+# One cached kernel per descriptor: the entries of earlier trees of yours
+# would only grow the CI cache.
+NAME=$(basename "$KERNEL" .toml)
+for meta in "$CACHE"/kernels/*/meta.json; do
+  [ -f "$meta" ] || continue
+  dir=$(dirname "$meta")
+  if [ "$(basename "$dir")" != "$KEY" ] && grep -q '"kind": "local-tree"' "$meta" &&
+    grep -q "\"name\": \"$NAME\"" "$meta"; then
+    say "pruning the cached kernel of an earlier tree: $dir"
+    rm -rf "$dir"
+  fi
+done
+end
+
+# 3. The run: the spec with your kernel and the repetitions set.
+begin run
+RUN_SPEC=$OUT/$SPEC_NAME.toml
+awk -v kernel="$(toml_string "$KERNEL")" -v reps="$REPS" '
+  BEGIN { want["kernel"] = "name = " kernel; key["kernel"] = "name"
+          want["experiment"] = "repetitions = " reps; key["experiment"] = "repetitions" }
+  function finish() { if ((sec in want) && !(sec in done)) { print want[sec]; done[sec] = 1 } }
+  /^[ \t]*\[/ { finish(); sec = $0; sub(/#.*/, "", sec); gsub(/[\[\] \t]/, "", sec); print; next }
+  (sec in key) && $0 ~ "^[ \t]*" key[sec] "[ \t]*=" { print want[sec]; done[sec] = 1; next }
+  { print }
+  END { finish(); for (s in want) if (!(s in done)) { print "\n[" s "]"; print want[s] } }
+' "$SPEC" >"$RUN_SPEC"
+"$TESTBED" validate "$RUN_SPEC" >/dev/null || die "the spec with the kernel set does not validate: $RUN_SPEC"
+NEW=$OUT/run-$(date -u +%Y%m%dT%H%M%SZ)
+say "running $RUN_SPEC ($REPS repetitions, accel $ACCEL) into $NEW"
+"$TESTBED" run "$RUN_SPEC" --accel "$ACCEL" --out "$NEW" || {
+  rc=$?
+  say "the run failed (exit $rc); its files are in $NEW"
+  exit $rc
+}
+"$TESTBED" plot "$NEW" >/dev/null || say "(could not draw the figures; the comparison does not need them)"
+end
+
+# 4. Compare with the baseline.
+begin compare
+store_baseline() {
+  mkdir -p "$(dirname "$BASELINE")"
+  rm -rf "$BASELINE.new"
+  cp -a "$NEW" "$BASELINE.new"
+  rm -rf "$BASELINE"
+  mv "$BASELINE.new" "$BASELINE"
+}
+if [ ! -f "$BASELINE/manifest.json" ]; then
+  store_baseline
+  say "no baseline at $BASELINE: stored this run as the baseline; nothing to compare, the job passes"
+  exit 0
+fi
+say "testbed compare --fail-on-regression $BASELINE $NEW"
+set +e
+"$TESTBED" compare --fail-on-regression "$BASELINE" "$NEW" | tee "$OUT/compare.txt"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" = 4 ]; then
+  say "REGRESSION: a figure got worse beyond both runs' 95 % intervals (see above; $OUT/compare.txt); the job fails"
+  exit 4
+fi
+[ "$rc" = 0 ] || die "testbed compare failed (exit $rc)"
+if grep -q '^0 values compared' "$OUT/compare.txt"; then
+  say "nothing compared: the baseline $BASELINE is of another spec or figure; delete it to store a new one"
+  exit 5
+fi
+if [ "${TESTBED_CI_UPDATE_BASELINE:-0}" = 1 ]; then
+  store_baseline
+  say "no regression; this run is the new baseline ($BASELINE)"
+else
+  say "no regression against the baseline $BASELINE"
+fi
