@@ -168,20 +168,19 @@ pub(crate) fn run_checked(
     progress: &mut dyn Progress,
 ) -> Result<RunResult, RunError> {
     let started = Instant::now();
-    let loaded = loaded.clone();
     let spec = &loaded.spec;
     // Missing tools are named now, before a run directory or a build.
     crate::hosttools::preflight(&needs(spec, plan)).map_err(|e| RunError::Setup(e.to_string()))?;
     // The kernel too (fetched, built or found in the cache): a build that
     // fails leaves no run directory behind.
     let kernel = match spec.experiment.executor {
-        ExecutorKind::Qemu => Some(vm::resolve_kernel(&loaded, &paths::cache_root())?),
+        ExecutorKind::Qemu => Some(vm::resolve_kernel(loaded, &paths::cache_root())?),
         _ => None,
     };
     let prepare = |rd: &RunDir, m: &mut Manifest, progress: &mut dyn Progress| {
-        inputs::prepare(&loaded, plan, kernel, rd, m, opts, progress)
+        inputs::prepare(loaded, plan, kernel, rd, m, opts, progress)
     };
-    run_in_dir(&loaded, plan, spec_path, opts, progress, started, prepare)
+    run_in_dir(loaded, plan, spec_path, opts, progress, started, prepare)
 }
 
 /// The tables and final manifest of a run whose points were stored by

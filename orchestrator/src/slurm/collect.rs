@@ -6,15 +6,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::array::ArrayDir;
+use super::setup;
 use super::{ARRAY_INPUT, TASK_INPUT};
 use crate::progress::{Event, Progress};
 use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
 use crate::results::rundir::RunDir;
 use crate::run::{RunError, RunResult};
-
-fn setup(e: impl std::fmt::Display) -> RunError {
-    RunError::Setup(e.to_string())
-}
 
 /// Copies `from` to `to` through a temporary file: a reader of `to` sees
 /// the old file or the whole new one.

@@ -49,6 +49,11 @@ pub fn no_build() -> Option<&'static str> {
     )
 }
 
+/// A failure of the Slurm executor's set-up, as a run reports it.
+fn setup(e: impl std::fmt::Display) -> crate::run::RunError {
+    crate::run::RunError::Setup(e.to_string())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
     #[error("local Slurm: {step}: {detail}")]

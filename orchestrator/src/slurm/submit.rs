@@ -8,16 +8,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::array::{self, ArrayDir, ArrayState, Submission};
+use super::setup;
 use super::{SlurmError, queue};
 use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
 use crate::results::manifest::{self, RunStatus};
 use crate::run::{RunError, RunOptions, RunResult};
 use crate::spec::{ExecutorKind, LoadedSpec};
-
-fn setup(e: impl std::fmt::Display) -> RunError {
-    RunError::Setup(e.to_string())
-}
 
 pub fn run(
     loaded: &LoadedSpec,
