@@ -5,11 +5,20 @@
 //!
 //! [`cli`] holds the `testbed asam ...` / `testbed-asam ...` commands.
 
+pub mod bam_out;
 pub mod bench;
+pub mod bqsr;
+pub mod call;
 pub mod cigar;
 pub mod cli;
+pub mod cli_extra;
+pub mod cpu;
+pub mod data;
+pub mod gates;
 pub mod load;
 pub mod markdup;
+pub mod metrics;
+pub mod optical;
 pub mod prepare;
 pub mod sam_text;
 pub mod schema;
@@ -18,6 +27,9 @@ pub mod store;
 #[cfg(test)]
 mod testdata;
 pub mod tools;
+pub mod vcf;
+pub mod vcfscore;
+pub mod workflow;
 
 pub use cli::{AsamCommand, run_command};
 
@@ -30,7 +42,7 @@ pub enum AsamError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: bad SAM record {line}: {reason}")]
+    #[error("{path}: line {line}: bad SAM record: {reason}")]
     Sam {
         path: PathBuf,
         line: usize,

@@ -1,16 +1,21 @@
-//! SAM text -> ArrowSAM: records parsed with noodles, appended to one batch
-//! per reference sequence (and a last one for reads without a reference).
+//! SAM text -> ArrowSAM: the file is streamed line by line (never read
+//! whole), each record parsed with noodles and appended to the batch of its
+//! reference sequence; a batch full by [`BatchLimits`] is finished and a new
+//! one started, so a chromosome becomes a run of batches. Reads without a
+//! reference go to the last run.
 
+use std::io::BufRead;
 use std::path::Path;
 
 use arrow::array::RecordBatch;
 use noodles::sam;
 
-use crate::schema::{BatchBuilder, Row};
+use crate::schema::{BatchBuilder, BatchLimits, Row};
 use crate::{AsamError, Result};
 
-/// A SAM file as ArrowSAM batches: `batches[i]` holds the records placed on
-/// reference `i`, the last batch those placed nowhere (rID -1).
+/// A SAM file as ArrowSAM batches: the batches of reference 0, then of
+/// reference 1, ..., then those of the records placed nowhere (rID -1).
+/// References without records have no batch.
 #[derive(Debug, Clone)]
 pub struct SamTable {
     pub header_text: String,
@@ -24,55 +29,167 @@ impl SamTable {
     }
 }
 
-/// Reads a whole SAM file.
+/// Streams a SAM file into batches cut at the default [`BatchLimits`].
 pub fn load_sam(path: &Path) -> Result<SamTable> {
-    let bytes = std::fs::read(path).map_err(|e| AsamError::io(path, e))?;
-    parse_sam(&bytes, path)
+    load_sam_with(path, &BatchLimits::default())
 }
 
-/// Parses SAM text; `path` only names the source in errors.
+/// Streams a SAM file into batches cut at `limits`.
+pub fn load_sam_with(path: &Path, limits: &BatchLimits) -> Result<SamTable> {
+    let file = std::fs::File::open(path).map_err(|e| AsamError::io(path, e))?;
+    read_sam(
+        std::io::BufReader::with_capacity(1 << 20, file),
+        path,
+        limits,
+    )
+}
+
+/// Parses SAM text held in memory; `path` only names the source in errors.
 pub fn parse_sam(bytes: &[u8], path: &Path) -> Result<SamTable> {
-    let header_len = header_length(bytes);
-    let header_text = std::str::from_utf8(&bytes[..header_len])
-        .map_err(|e| bad(path, 0, format!("header is not UTF-8: {e}")))?
-        .to_string();
-    let header: sam::Header = header_text
-        .parse()
-        .map_err(|e| bad(path, 0, format!("header: {e}")))?;
+    read_sam(bytes, path, &BatchLimits::default())
+}
+
+/// Reads SAM from `input` one line at a time; `path` names it in errors.
+/// The batches in reference order, unplaced last.
+pub fn read_sam(input: impl BufRead, path: &Path, limits: &BatchLimits) -> Result<SamTable> {
+    let mut by_reference: Vec<Vec<RecordBatch>> = Vec::new();
+    let head = read_sam_into(input, path, limits, |slot, b| {
+        if by_reference.len() <= slot {
+            by_reference.resize(slot + 1, Vec::new());
+        }
+        by_reference[slot].push(b);
+        Ok(())
+    })?;
+    // The unplaced slot is the highest: last.
+    Ok(SamTable {
+        header_text: head.header_text,
+        reference_names: head.reference_names,
+        batches: by_reference.into_iter().flatten().collect(),
+    })
+}
+
+/// What [`read_sam_into`] returns besides the batches it emitted.
+#[derive(Debug, Clone)]
+pub struct SamHead {
+    pub header_text: String,
+    pub reference_names: Vec<String>,
+    pub records: u64,
+}
+
+/// Streams SAM from `input` into batches, calling `emit(slot, batch)` for
+/// each batch as soon as it is full (slot: the reference index, or
+/// `reference_names.len()` for the unplaced), so that memory holds one
+/// batch per reference at most; the rest are emitted at the end, in slot
+/// order.
+pub fn read_sam_into(
+    mut input: impl BufRead,
+    path: &Path,
+    limits: &BatchLimits,
+    mut emit: impl FnMut(usize, RecordBatch) -> Result<()>,
+) -> Result<SamHead> {
+    limits.validate()?;
+    let mut line = Vec::new();
+    let mut line_no = 0;
+    // The header: the leading `@` lines.
+    let mut header_text = String::new();
+    let mut pending = false;
+    loop {
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| AsamError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        if line[0] != b'@' {
+            pending = true;
+            break;
+        }
+        let text = std::str::from_utf8(&line)
+            .map_err(|e| bad(path, line_no, format!("header is not UTF-8: {e}")))?;
+        header_text.push_str(text);
+        if !header_text.ends_with('\n') {
+            header_text.push('\n');
+        }
+    }
+    let header: sam::Header = header_text.parse().map_err(|e| {
+        bad(
+            path,
+            header_error_line(&header_text),
+            format!("header: {e}"),
+        )
+    })?;
     let reference_names: Vec<String> = header
         .reference_sequences()
         .keys()
         .map(|k| k.to_string())
         .collect();
-    let mut builders: Vec<BatchBuilder> = (0..=reference_names.len())
-        .map(|_| BatchBuilder::default())
-        .collect();
-    let header_lines = bytes[..header_len].iter().filter(|&&b| b == b'\n').count();
-    let mut reader = sam::io::Reader::new(&bytes[header_len..]);
+    let unplaced = reference_names.len();
+    // The batch being filled, per reference (the last slot: no reference).
+    let mut records = 0u64;
+    let mut builders: Vec<BatchBuilder> = (0..=unplaced).map(|_| BatchBuilder::default()).collect();
     let mut record = sam::Record::default();
-    for line in header_lines + 1.. {
-        let n = reader
-            .read_record(&mut record)
-            .map_err(|e| bad(path, line, e.to_string()))?;
-        if n == 0 {
-            break;
+    while pending {
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if !text.is_empty() {
+            sam::io::Reader::new(text)
+                .read_record(&mut record)
+                .map_err(|e| {
+                    bad(
+                        path,
+                        line_no,
+                        format!("{e} (a record has 11 or more tab-separated fields)"),
+                    )
+                })?;
+            let mut full = None;
+            with_row(&record, &header, |row| {
+                let slot = usize::try_from(row.rid).unwrap_or(unplaced);
+                let b = &mut builders[slot];
+                if b.is_full_for(row, limits) {
+                    full = Some((slot, std::mem::take(b)));
+                }
+                builders[slot].push(row);
+            })
+            .map_err(|reason| bad(path, line_no, reason))?;
+            records += 1;
+            if let Some((slot, b)) = full {
+                emit(slot, b.finish()?)?;
+            }
         }
-        let unplaced = reference_names.len();
-        with_row(&record, &header, |row| {
-            let slot = usize::try_from(row.rid).unwrap_or(unplaced);
-            builders[slot].push(row);
-        })
-        .map_err(|reason| bad(path, line, reason))?;
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| AsamError::io(path, e))?;
+        line_no += 1;
+        pending = n > 0;
     }
-    let batches = builders
-        .into_iter()
-        .map(BatchBuilder::finish)
-        .collect::<Result<Vec<_>>>()?;
-    Ok(SamTable {
+    for (slot, last) in builders.into_iter().enumerate() {
+        if last.rows() > 0 {
+            emit(slot, last.finish()?)?;
+        }
+    }
+    Ok(SamHead {
         header_text,
         reference_names,
-        batches,
+        records,
     })
+}
+
+/// The first header line at which the header stops parsing (noodles names
+/// no line): the header is parsed line by line, only when it failed whole.
+fn header_error_line(header_text: &str) -> usize {
+    let lines: Vec<&str> = header_text.lines().collect();
+    let mut text = String::new();
+    for (i, l) in lines.iter().enumerate() {
+        text.push_str(l);
+        text.push('\n');
+        if text.parse::<sam::Header>().is_err() {
+            return i + 1;
+        }
+    }
+    lines.len().max(1)
 }
 
 fn bad(path: &Path, line: usize, reason: String) -> AsamError {
@@ -83,62 +200,94 @@ fn bad(path: &Path, line: usize, reason: String) -> AsamError {
     }
 }
 
-/// Length of the leading `@` lines.
-fn header_length(bytes: &[u8]) -> usize {
-    let mut at = 0;
-    while at < bytes.len() && bytes[at] == b'@' {
-        at = match bytes[at..].iter().position(|&b| b == b'\n') {
-            Some(nl) => at + nl + 1,
-            None => bytes.len(),
-        };
+/// "field POS (column 4)": how an error names the field it is about.
+fn field(name: &str) -> String {
+    const COLUMNS: [&str; 12] = [
+        "QNAME", "FLAG", "RNAME", "POS", "MAPQ", "CIGAR", "RNEXT", "PNEXT", "TLEN", "SEQ", "QUAL",
+        "tags",
+    ];
+    match COLUMNS.iter().position(|c| *c == name) {
+        Some(11) => "optional fields (column 12 on)".to_string(),
+        Some(i) => format!("field {name} (column {})", i + 1),
+        None => format!("field {name}"),
     }
-    at
 }
 
-fn text<'r>(field: &str, raw: &'r [u8]) -> std::result::Result<&'r str, String> {
+fn text<'r>(name: &str, raw: &'r [u8]) -> std::result::Result<&'r str, String> {
     std::str::from_utf8(raw)
         .map(|s| if s.is_empty() { "*" } else { s })
-        .map_err(|e| format!("{field} is not UTF-8: {e}"))
+        .map_err(|e| format!("{}: not UTF-8: {e}", field(name)))
 }
 
 fn reference_id(
-    field: &str,
+    name: &str,
     id: Option<std::io::Result<usize>>,
 ) -> std::result::Result<i32, String> {
     match id {
         None => Ok(-1),
         Some(r) => r
-            .map_err(|e| format!("{field}: {e}"))
-            .and_then(|i| i32::try_from(i).map_err(|e| format!("{field}: {e}"))),
+            .map_err(|e| format!("{}: {e}", field(name)))
+            .and_then(|i| i32::try_from(i).map_err(|e| format!("{}: {e}", field(name)))),
     }
 }
 
 fn position(
-    field: &str,
+    name: &str,
     p: Option<std::io::Result<noodles::core::Position>>,
 ) -> std::result::Result<i32, String> {
     match p {
         None => Ok(0),
         Some(r) => r
-            .map_err(|e| format!("{field}: {e}"))
-            .and_then(|p| i32::try_from(usize::from(p)).map_err(|e| format!("{field}: {e}"))),
+            .map_err(|e| format!("{}: {e}", field(name)))
+            .and_then(|p| {
+                i32::try_from(usize::from(p)).map_err(|e| format!("{}: {e}", field(name)))
+            }),
     }
 }
 
 /// Calls `f` with the record in ArrowSAM terms, its text fields borrowed
-/// from the record (no copy until the builder appends them).
+/// from the record (no copy until the builder appends them). Every field
+/// is checked here, so a malformed one is reported with its line rather
+/// than later, by the stage that first reads it.
 fn with_row(
     r: &sam::Record,
     header: &sam::Header,
     f: impl FnOnce(&Row<'_>),
 ) -> std::result::Result<(), String> {
-    let flags = r.flags().map_err(|e| format!("flags: {e}"))?;
+    let flags = r.flags().map_err(|e| format!("{}: {e}", field("FLAG")))?;
     let mapq = match r.mapping_quality() {
         // noodles reads 255 (unavailable) as None.
         None => 255,
-        Some(q) => i32::from(u8::from(q.map_err(|e| format!("MAPQ: {e}"))?)),
+        Some(q) => i32::from(u8::from(q.map_err(|e| format!("{}: {e}", field("MAPQ")))?)),
     };
     let (cigar, sequence, quality, data) = (r.cigar(), r.sequence(), r.quality_scores(), r.data());
+    let mut read_length = 0;
+    for op in cigar.iter() {
+        let op = op.map_err(|e| format!("{}: {e}", field("CIGAR")))?;
+        if op.kind().consumes_read() {
+            read_length += op.len();
+        }
+    }
+    for tag in data.iter() {
+        tag.map_err(|e| format!("{}: {e}", field("tags")))?;
+    }
+    let seq = text("SEQ", sequence.as_ref())?;
+    let qual = text("QUAL", quality.as_ref())?;
+    if !cigar.is_empty() && seq != "*" && read_length != seq.len() {
+        return Err(format!(
+            "{}: {read_length} read bases for {} in SEQ",
+            field("CIGAR"),
+            seq.len()
+        ));
+    }
+    if seq != "*" && qual != "*" && seq.len() != qual.len() {
+        return Err(format!(
+            "{}: {} qualities for {} bases",
+            field("QUAL"),
+            qual.len(),
+            seq.len()
+        ));
+    }
     f(&Row {
         qname: r
             .name()
@@ -152,10 +301,13 @@ fn with_row(
         cigar: text("CIGAR", cigar.as_ref())?,
         rnext_id: reference_id("RNEXT", r.mate_reference_sequence_id(header))?,
         pnext: position("PNEXT", r.mate_alignment_start())?,
-        tlen: r.template_length().map_err(|e| format!("TLEN: {e}"))?,
-        seq: text("SEQ", sequence.as_ref())?,
-        qual: text("QUAL", quality.as_ref())?,
-        tags: std::str::from_utf8(data.as_ref()).map_err(|e| format!("tags are not UTF-8: {e}"))?,
+        tlen: r
+            .template_length()
+            .map_err(|e| format!("{}: {e}", field("TLEN")))?,
+        seq,
+        qual,
+        tags: std::str::from_utf8(data.as_ref())
+            .map_err(|e| format!("{}: not UTF-8: {e}", field("tags")))?,
     });
     Ok(())
 }
@@ -190,6 +342,10 @@ mod tests {
             t.batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
             [3, 1, 2]
         );
+        assert_eq!(
+            crate::schema::chromosome_groups(&t.batches).unwrap(),
+            [(0, vec![0]), (1, vec![1]), (-1, vec![2])]
+        );
         let c = Columns::of(&t.batches[0]).unwrap();
         let r2 = c.row(1);
         assert_eq!(
@@ -213,12 +369,98 @@ mod tests {
         assert_eq!(back, t.batches);
     }
 
+    /// Each malformed line is refused with the file, its line number and
+    /// the field at fault.
     #[test]
-    fn a_bad_record_names_the_file_and_line() {
-        let text = format!("{HEADER}r1\t99\tchr9\t100\t60\t10M\t=\t1\t0\tA\tI\n");
-        let e = parse_sam(text.as_bytes(), Path::new("bad.sam"))
+    fn a_bad_record_names_the_file_line_and_field() {
+        let good = rec("ok", 99, "chr1", 100, "10M", "=", 300, 'I');
+        let cases = [
+            (rec("r1", 99, "chr9", 100, "10M", "=", 1, 'I'), "RNAME"),
+            (good.replacen("\t99\t", "\tx9\t", 1), "FLAG"),
+            (good.replacen("\t100\t", "\t-5\t", 1), "POS"),
+            (good.replacen("\t60\t", "\t999\t", 1), "MAPQ"),
+            (good.replacen("\t10M\t", "\t10Q\t", 1), "CIGAR"),
+            (good.replacen("\t10M\t", "\t9M\t", 1), "CIGAR"),
+            (good.replacen("\t300\t", "\tabc\t", 1), "PNEXT"),
+            (good.replacen("\t0\t", "\tt\t", 1), "TLEN"),
+            (good.replacen("IIIIIIIIII", "III", 1), "QUAL"),
+            (good.replacen("RG:Z:rg1", "RG:Q:rg1", 1), "optional fields"),
+        ];
+        for (line, what) in cases {
+            // Line 6: the header's 4 lines and one good record come first.
+            let text = format!("{HEADER}{good}\n{line}\n{good}\n");
+            let e = parse_sam(text.as_bytes(), Path::new("bad.sam"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("bad.sam") && e.contains("line 6") && e.contains(what),
+                "{what}: {e}"
+            );
+        }
+        // A bad header line is named too: @SQ without a length, line 3.
+        let bad_header = HEADER.replace("@SQ\tSN:chr2\tLN:10000", "@SQ\tSN:chr2");
+        let e = parse_sam(
+            format!("{bad_header}{good}\n").as_bytes(),
+            Path::new("h.sam"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("h.sam") && e.contains("line 3") && e.contains("header"),
+            "{e}"
+        );
+        let short = format!("{HEADER}r1\t99\tchr1\t100\n");
+        let e = parse_sam(short.as_bytes(), Path::new("short.sam"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("bad.sam") && e.contains("record 5"), "{e}");
+        assert!(e.contains("short.sam") && e.contains("line 5"), "{e}");
+    }
+
+    /// Tiny limits cut every chromosome into several batches, each within
+    /// the limits, holding the same records in the same order as one batch.
+    #[test]
+    fn batches_are_cut_at_the_limits_and_a_chromosome_spans_several() {
+        let mut lines = Vec::new();
+        for i in 0..7 {
+            lines.extend(crate::testdata::pair(&format!("p{i}"), 100 + i, 300, 'I'));
+        }
+        lines.push(rec("c2", 0, "chr2", 5, "10M", "*", 0, 'I'));
+        let text = format!("{HEADER}{}\n", lines.join("\n"));
+        let limits = BatchLimits {
+            max_rows: 3,
+            max_string_bytes: 1000,
+        };
+        let t = read_sam(text.as_bytes(), Path::new("t.sam"), &limits).unwrap();
+        assert_eq!(
+            t.batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+            [3, 3, 3, 3, 2, 1]
+        );
+        assert_eq!(
+            crate::schema::chromosome_groups(&t.batches).unwrap(),
+            [(0, vec![0, 1, 2, 3, 4]), (1, vec![5])]
+        );
+        // Streamed, a full batch is emitted at once: chr1's first batches
+        // come before chr2's only one, which is emitted at the end.
+        let mut slots = Vec::new();
+        read_sam_into(text.as_bytes(), Path::new("t.sam"), &limits, |slot, b| {
+            slots.push((slot, b.num_rows()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(slots, [(0, 3), (0, 3), (0, 3), (0, 3), (0, 2), (1, 1)]);
+        assert_eq!(to_sam_string(&t).unwrap(), text);
+        // A byte bound: each record's tags take 8 bytes, so 2 fit in 20.
+        let bytes = BatchLimits {
+            max_rows: 100,
+            max_string_bytes: 20,
+        };
+        let t = read_sam(text.as_bytes(), Path::new("t.sam"), &bytes).unwrap();
+        assert!(
+            t.batches.iter().all(|b| b.num_rows() <= 2),
+            "{:?}",
+            t.batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>()
+        );
+        assert_eq!(t.records(), 15);
+        assert_eq!(to_sam_string(&t).unwrap(), text);
     }
 }

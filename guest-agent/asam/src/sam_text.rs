@@ -6,7 +6,7 @@ use std::io::Write;
 use arrow::array::RecordBatch;
 
 use crate::load::SamTable;
-use crate::schema::Columns;
+use crate::schema::{Columns, Row};
 use crate::{AsamError, Result};
 
 /// Writes the header and every record of `batches` (in order) as SAM.
@@ -18,45 +18,53 @@ pub fn write_sam(
 ) -> Result<()> {
     let io = |e| AsamError::io("SAM output", e);
     out.write_all(header_text.as_bytes()).map_err(io)?;
+    let mut line = Vec::new();
+    for b in batches {
+        let c = Columns::of(b)?;
+        for i in 0..b.num_rows() {
+            line.clear();
+            format_row(&mut line, &c.row(i), reference_names);
+            line.push(b'\n');
+            out.write_all(&line).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+/// Appends one record as a SAM line, without the newline.
+pub fn format_row(out: &mut Vec<u8>, r: &Row<'_>, reference_names: &[String]) {
     let name = |id: i32| -> &str {
         usize::try_from(id)
             .ok()
             .and_then(|i| reference_names.get(i))
             .map_or("*", String::as_str)
     };
-    for b in batches {
-        let c = Columns::of(b)?;
-        for i in 0..b.num_rows() {
-            let r = c.row(i);
-            // SAM writes "=" for a mate on the record's own reference.
-            let rnext = if r.rnext_id >= 0 && r.rnext_id == r.rid {
-                "="
-            } else {
-                name(r.rnext_id)
-            };
-            write!(
-                out,
-                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                r.qname,
-                r.flags,
-                name(r.rid),
-                r.pos,
-                r.mapq,
-                r.cigar,
-                rnext,
-                r.pnext,
-                r.tlen,
-                r.seq,
-                r.qual
-            )
-            .map_err(io)?;
-            if !r.tags.is_empty() {
-                write!(out, "\t{}", r.tags).map_err(io)?;
-            }
-            out.write_all(b"\n").map_err(io)?;
-        }
+    // SAM writes "=" for a mate on the record's own reference.
+    let rnext = if r.rnext_id >= 0 && r.rnext_id == r.rid {
+        "="
+    } else {
+        name(r.rnext_id)
+    };
+    // Writing into a Vec cannot fail.
+    let _ = write!(
+        out,
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        r.qname,
+        r.flags,
+        name(r.rid),
+        r.pos,
+        r.mapq,
+        r.cigar,
+        rnext,
+        r.pnext,
+        r.tlen,
+        r.seq,
+        r.qual
+    );
+    if !r.tags.is_empty() {
+        out.push(b'\t');
+        out.extend_from_slice(r.tags.as_bytes());
     }
-    Ok(())
 }
 
 /// The whole table as SAM text.

@@ -27,6 +27,7 @@ pub mod flag {
     pub const UNMAPPED: i32 = 0x4;
     pub const MATE_UNMAPPED: i32 = 0x8;
     pub const REVERSE: i32 = 0x10;
+    pub const FIRST_OF_PAIR: i32 = 0x40;
     pub const SECONDARY: i32 = 0x100;
     pub const DUPLICATE: i32 = 0x400;
     pub const SUPPLEMENTARY: i32 = 0x800;
@@ -69,9 +70,61 @@ pub struct Row<'a> {
     pub tags: &'a str,
 }
 
+/// How large one batch may grow. Arrow's `Utf8` columns address their
+/// bytes with i32 offsets (< 2 GiB per column and batch), and one batch per
+/// chromosome would not fit a 30× human chr1; so a chromosome is a run of
+/// batches, each cut at `max_rows` rows or `max_string_bytes` bytes in any
+/// one string column, whichever comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    pub max_rows: usize,
+    pub max_string_bytes: usize,
+}
+
+impl Default for BatchLimits {
+    /// 1 Mi rows, 1 GiB per string column: half of what the offsets allow.
+    fn default() -> Self {
+        BatchLimits {
+            max_rows: 1 << 20,
+            max_string_bytes: 1 << 30,
+        }
+    }
+}
+
+impl BatchLimits {
+    /// Refuses limits that would never let a batch hold a row.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_rows == 0 || self.max_string_bytes == 0 {
+            return Err(AsamError::Invalid(format!(
+                "batch limits must be positive: {self:?}"
+            )));
+        }
+        if self.max_string_bytes > i32::MAX as usize {
+            return Err(AsamError::Invalid(format!(
+                "max_string_bytes {} exceeds what i32 offsets address",
+                self.max_string_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes each string column of a row adds (qname, cigar, seq, qual, tags).
+pub fn string_bytes(r: &Row<'_>) -> [usize; 5] {
+    [
+        r.qname.len(),
+        r.cigar.len(),
+        r.seq.len(),
+        r.qual.len(),
+        r.tags.len(),
+    ]
+}
+
 /// Appends rows and finishes them into a record batch.
 #[derive(Default)]
 pub struct BatchBuilder {
+    rows: usize,
+    bytes: [usize; 5],
     qnames: StringBuilder,
     ints: [Int32Builder; 7],
     cigars: StringBuilder,
@@ -81,7 +134,30 @@ pub struct BatchBuilder {
 }
 
 impl BatchBuilder {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Whether appending `r` would take the batch past `limits`. An empty
+    /// builder always takes the row (a single oversized row is refused by
+    /// Arrow when the batch is finished, not silently split).
+    pub fn is_full_for(&self, r: &Row<'_>, limits: &BatchLimits) -> bool {
+        if self.rows == 0 {
+            return false;
+        }
+        self.rows >= limits.max_rows
+            || self
+                .bytes
+                .iter()
+                .zip(string_bytes(r))
+                .any(|(have, add)| have + add > limits.max_string_bytes)
+    }
+
     pub fn push(&mut self, r: &Row<'_>) {
+        self.rows += 1;
+        for (have, add) in self.bytes.iter_mut().zip(string_bytes(r)) {
+            *have += add;
+        }
         self.qnames.append_value(r.qname);
         let ints = [r.flags, r.rid, r.pos, r.mapq, r.rnext_id, r.pnext, r.tlen];
         for (b, v) in self.ints.iter_mut().zip(ints) {
@@ -188,6 +264,30 @@ impl<'a> Columns<'a> {
             tags: self.tagss.value(i),
         }
     }
+}
+
+/// The reference id all rows of an ArrowSAM batch share (-1: unplaced),
+/// None for an empty batch.
+pub fn batch_reference(b: &RecordBatch) -> Result<Option<i32>> {
+    let c = Columns::of(b)?;
+    Ok((b.num_rows() > 0).then(|| c.rids.value(0)))
+}
+
+/// The batches of each reference, wherever they are in `batches` (a
+/// streaming loader emits a chromosome's batches between others'), in
+/// reference order, unplaced (-1) last: `(reference id, batch indexes in
+/// order)`. Empty batches belong to none.
+pub fn chromosome_groups(batches: &[RecordBatch]) -> Result<Vec<(i32, Vec<usize>)>> {
+    let mut groups: std::collections::BTreeMap<(bool, i32), Vec<usize>> = Default::default();
+    for (i, b) in batches.iter().enumerate() {
+        if let Some(rid) = batch_reference(b)? {
+            groups.entry((rid < 0, rid)).or_default().push(i);
+        }
+    }
+    Ok(groups
+        .into_iter()
+        .map(|((_, rid), idx)| (rid, idx))
+        .collect())
 }
 
 /// The same batch with `flags` replaced: how a stage updates one column.

@@ -95,6 +95,29 @@ impl Store {
         Ok(stored)
     }
 
+    /// Writes the batches `fill` hands to its writer, as they come, as one
+    /// Arrow IPC file `name` (all of `schema`): a producer streams into the
+    /// store without holding its batches. Returns `fill`'s result too.
+    pub fn put_with<T>(
+        &self,
+        name: &str,
+        schema: &SchemaRef,
+        fill: impl FnOnce(&mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<T>,
+    ) -> Result<(Stored, T)> {
+        let stored = self.create(name)?;
+        let path = stored.path.display().to_string();
+        let mut w = FileWriter::try_new(std::io::BufWriter::new(&stored.file), schema)
+            .map_err(|e| AsamError::arrow(format!("open {path}"), e))?;
+        let out = fill(&mut |b: RecordBatch| {
+            w.write(&b)
+                .map_err(|e| AsamError::arrow(format!("write {path}"), e))
+        })?;
+        w.finish()
+            .map_err(|e| AsamError::arrow(format!("finish {path}"), e))?;
+        drop(w);
+        Ok((stored, out))
+    }
+
     /// Writes `text` as file `name` (the SAM header travels with the batches).
     pub fn put_text(&self, name: &str, text: &str) -> Result<Stored> {
         let stored = self.create(name)?;
@@ -108,13 +131,18 @@ impl Store {
 /// Maps the stored IPC file and returns its batches, whose buffers point
 /// into the mapping (kept alive by the buffers themselves).
 pub fn get(stored: &Stored) -> Result<Vec<RecordBatch>> {
-    let path = stored.path.as_path();
+    map_file(&stored.file, &stored.path)
+}
+
+/// Maps an IPC file opened by the caller (another process's stage output
+/// in a private directory: see `workflow::shared`) and returns its batches.
+pub fn map_file(file: &File, path: &Path) -> Result<Vec<RecordBatch>> {
     // SAFETY: a mapping is sound while nothing changes the file. We created
     // it new (O_EXCL, O_NOFOLLOW, mode 0600) in a 0700 directory we made,
-    // map it through the descriptor we wrote it with (so no other file can
-    // be swapped in under the path), and never write it after `put`: only
-    // a process of our own user or root could still change it.
-    let map = unsafe { memmap2::Mmap::map(&stored.file) }.map_err(|e| AsamError::io(path, e))?;
+    // map it through a descriptor opened without following symlinks, and
+    // never write it after it is complete: only a process of our own user
+    // or root could still change it.
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| AsamError::io(path, e))?;
     let len = map.len();
     let bad = |why: String| {
         AsamError::Invalid(format!("{}: not an Arrow IPC file: {why}", path.display()))

@@ -1,4 +1,4 @@
-//! End to end with the real tools (bwa, ART, Picard, samtools): a tiny
+//! End to end with the real tools (bwa, Picard, samtools): a tiny
 //! seeded data set, then arrowsam's order must equal samtools' coordinate
 //! order and its duplicate flags Picard's.
 
@@ -25,9 +25,11 @@ fn arrowsam_agrees_with_picard_and_samtools_on_a_tiny_data_set() {
     let report = bench(&BenchOptions {
         sam: data.sam.clone(),
         tools: vec!["picard".into(), "samtools".into(), "arrowsam".into()],
-        workdir: dir.path().join("work"),
+        out_dir: dir.path().join("work"),
         store_dir: dir.path().join("store"),
         threads: 2,
+        limits: Default::default(),
+        command_line: "real_tools".into(),
     })
     .unwrap();
     let stage = |tool: &str, stage: &str| {
@@ -40,13 +42,23 @@ fn arrowsam_agrees_with_picard_and_samtools_on_a_tiny_data_set() {
     let ours = stage("arrowsam", "markdup");
     let picard = stage("picard", "markdup");
     assert_eq!(ours.records, picard.records);
-    // Every injected copy is a duplicate pair (two records), plus ART's own.
+    // Every copied pair is a duplicate pair (two records) except copies of
+    // the few unmapped contaminant pairs, which no tool can mark: at least
+    // 95 % of the simulated copies are found, and no more than simulated
+    // plus a few coincidental ones.
+    let marked = ours.duplicates.unwrap();
+    let simulated = 2 * data.duplicate_pairs;
     assert!(
-        ours.duplicates.unwrap() >= 2 * data.duplicate_pairs,
+        marked * 100 >= simulated * 95 && marked <= simulated + simulated / 10,
         "{ours:?} {data:?}"
     );
     assert_eq!(ours.duplicates, picard.duplicates);
-    assert_eq!(report.verification.dup_mismatches_vs_picard, Some(0));
-    assert_eq!(report.verification.order_matches_samtools, Some(true));
+    // bench fails unless both gates pass; here they ran on every record.
+    let v = &report.verification;
+    assert_eq!(
+        v.duplicates_vs_picard.map(|g| g.records),
+        Some(ours.records)
+    );
+    assert_eq!(v.order_vs_samtools.map(|g| g.records), Some(ours.records));
     assert!(stage("arrowsam", "load").seconds > 0.0);
 }

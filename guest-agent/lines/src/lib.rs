@@ -13,6 +13,8 @@
 //!
 //! - [`flight`]: `testbed-flight serve`, `bench --json`, `query --json`.
 //! - [`asam`]: `testbed-asam prepare`, `bench-preproc --json`.
+//! - [`asam_workflow`]: `testbed-asam workflow --json`.
 
 pub mod asam;
+pub mod asam_workflow;
 pub mod flight;

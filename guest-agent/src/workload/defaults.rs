@@ -25,3 +25,8 @@ pub fn align() -> u32 {
 pub fn fio_ioengine() -> String {
     "psync".into()
 }
+
+/// For switches that are on unless a spec turns them off.
+pub fn yes() -> bool {
+    true
+}

@@ -47,6 +47,10 @@ registry::workloads! {
         /// Sort + mark duplicates: Picard, Sambamba, samtools, ArrowSAM, via testbed-asam.
         AsamPreproc(AsamPreprocParams) = "asam-preproc"
     }
+    mod asam_workflow {
+        /// Align, sort, markdup, BQSR, call per data placement, via testbed-asam.
+        AsamWorkflow(AsamWorkflowParams) = "asam-workflow"
+    }
     mod block_latency { BlockLatency(BlockLatencyParams) = "block-latency" }
 }
 

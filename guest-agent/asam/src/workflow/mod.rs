@@ -1,0 +1,558 @@
+//! `testbed-asam workflow`: the variant-calling workflow (align, sort, mark
+//! duplicates, BQSR, apply BQSR, call) with its intermediate data in one
+//! placement — on disk, on a ramdisk, through pipes, or as ArrowSAM batches
+//! on tmpfs mapped by the next stage's process — every stage timed, CPU
+//! utilisation sampled, the calls scored against the truth, and ArrowSAM's
+//! records checked against samtools and Picard before any time counts.
+//!
+//! [`plan`] holds the command lines, [`chain`] runs them, [`stages`] is the
+//! ArrowSAM stage processes (`testbed-asam stage ...`), [`shared`] their
+//! store, [`counters`] the hardware counters.
+
+pub mod bqsr_stage;
+pub mod chain;
+pub mod cli;
+pub mod counters;
+pub mod inputs;
+pub mod plan;
+pub mod shared;
+pub mod stages;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use testbed_lines::asam_workflow::{
+    CallsLine, CountersLine, CpuLine, DoneLine, StageLine, WorkflowLine,
+};
+
+use self::chain::Step;
+use self::plan::{Baseline, Caller, Placement, StagePlan};
+use crate::{AsamError, Result};
+
+pub struct Options {
+    pub placement: Placement,
+    pub baseline: Baseline,
+    /// The aligner's command: SAM on stdout (fixed `-K`, read groups set).
+    pub align: Step,
+    pub reference: PathBuf,
+    pub known_sites: Option<PathBuf>,
+    pub truth: Option<PathBuf>,
+    pub targets: Option<PathBuf>,
+    /// Parent of the disk placement's files (ext4 in the VM).
+    pub disk_dir: PathBuf,
+    /// Parent of the ramdisk's, pipes' final and ArrowSAM's files (tmpfs).
+    pub ram_dir: PathBuf,
+    pub threads: usize,
+    pub callers: Vec<Caller>,
+    /// Run BQSR and apply it before calling (ArrowSAM only: no packaged
+    /// baseline exists).
+    pub bqsr: bool,
+    pub cpu_interval: Option<Duration>,
+    pub counters: bool,
+    /// This program, for the ArrowSAM stage processes.
+    pub self_exe: PathBuf,
+    pub timeout: Duration,
+    /// Check ArrowSAM's sort order and duplicates against samtools sort
+    /// and Picard on the same records (untimed, after the workflow).
+    pub check: bool,
+}
+
+/// The timed part's outcome, before scoring.
+struct Timed {
+    stages: Vec<StageLine>,
+    counters: Vec<CountersLine>,
+    /// The BAM the callers read, and whether it was recalibrated.
+    calls_dir: PathBuf,
+    final_bam: PathBuf,
+    /// ArrowSAM only: the store, kept for the checks.
+    store: Option<tempfile::TempDir>,
+}
+
+/// Runs the workflow; every line it would print.
+pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
+    if o.placement == Placement::Pipes && o.baseline != Baseline::Samtools {
+        return Err(AsamError::Invalid(format!(
+            "placement pipes runs samtools only ({} reads its input twice when marking duplicates, so a pipe cannot feed it)",
+            o.baseline.name()
+        )));
+    }
+    if o.bqsr && o.placement != Placement::Arrowsam {
+        return Err(AsamError::Invalid(
+            "bqsr: only the arrowsam placement has a BQSR (GATK, the baseline, is not packaged)"
+                .into(),
+        ));
+    }
+    let parent = match o.placement {
+        Placement::Disk => &o.disk_dir,
+        _ => &o.ram_dir,
+    };
+    let work = private_dir(parent, "testbed-asam-work-")?;
+    std::fs::create_dir(work.path().join("tmp")).map_err(|e| AsamError::io(work.path(), e))?;
+    let counters = if o.counters {
+        counters::unavailable(Path::new("/sys"))
+    } else {
+        Some("not asked for".into())
+    };
+    let runner = Runner {
+        o,
+        origin: Instant::now(),
+        counters_why_not: counters,
+        counter_dir: work.path().join("perf"),
+    };
+    std::fs::create_dir(&runner.counter_dir).map_err(|e| AsamError::io(work.path(), e))?;
+    let sampler = o
+        .cpu_interval
+        .map(|i| crate::cpu::Sampler::start("/proc/stat", i, runner.origin));
+    let timed = match o.placement {
+        Placement::Disk | Placement::Ramdisk => runner.files(work.path()),
+        Placement::Pipes => runner.pipes(work.path()),
+        Placement::Arrowsam => runner.arrowsam(work.path()),
+    };
+    let cpu = sampler.map(|s| s.stop()).unwrap_or_default();
+    let timed = timed?;
+    let seconds = timed.stages.last().map(|s| s.end).unwrap_or(0.0);
+
+    let mut lines: Vec<WorkflowLine> = timed
+        .stages
+        .iter()
+        .cloned()
+        .map(WorkflowLine::Stage)
+        .collect();
+    lines.extend(cpu.into_iter().map(|s| {
+        WorkflowLine::Cpu(CpuLine {
+            placement: o.placement.name().into(),
+            second: s.second,
+            cpu: s.cpu,
+            utilisation: s.utilisation,
+        })
+    }));
+    lines.extend(timed.counters.iter().cloned().map(WorkflowLine::Counters));
+    let final_bqsr = o.bqsr && o.placement == Placement::Arrowsam;
+    for c in &o.callers {
+        lines.extend(score(
+            o,
+            *c,
+            &plan::calls_path(&timed.calls_dir, *c),
+            final_bqsr,
+        )?);
+    }
+    let (records, duplicates) = bam_counts(&timed.final_bam)?;
+    let mut checks = vec![format!(
+        "final BAM: {records} records, {duplicates} marked duplicate"
+    )];
+    if records == 0 {
+        return Err(AsamError::Invalid(format!(
+            "{}: the workflow's final BAM holds no records",
+            timed.final_bam.display()
+        )));
+    }
+    if let Some(store) = &timed.store {
+        let check_dir = work.path().join("check");
+        std::fs::create_dir(&check_dir).map_err(|e| AsamError::io(&check_dir, e))?;
+        let plain = runner.check_arrowsam(store.path(), &check_dir, &mut checks)?;
+        if final_bqsr {
+            // The same calls without BQSR, for what recalibration changes.
+            let runs = plan::call_runs(&plain, &o.reference, &o.callers, o.threads);
+            for (steps, out) in &runs {
+                chain::run(steps, out.as_deref(), runner.origin, o.timeout)?;
+            }
+            for c in &o.callers {
+                lines.extend(score(o, *c, &plan::calls_path(&check_dir, *c), false)?);
+            }
+        }
+    }
+    drop(timed.store);
+    lines.push(WorkflowLine::Done(DoneLine {
+        placement: o.placement.name().into(),
+        records,
+        duplicates,
+        seconds,
+        checks,
+    }));
+    Ok(lines)
+}
+
+/// The calls of `caller` scored against the truth (none without a truth
+/// VCF): one line per class.
+fn score(o: &Options, caller: Caller, calls: &Path, bqsr: bool) -> Result<Vec<WorkflowLine>> {
+    let Some(truth) = &o.truth else {
+        return Ok(Vec::new());
+    };
+    let s = crate::vcfscore::score_files(
+        calls,
+        truth,
+        Some(&o.reference),
+        o.targets.as_deref(),
+        &crate::vcfscore::ScoreOptions::default(),
+    )?;
+    Ok([("snp", s.snp), ("indel", s.indel), ("all", s.all)]
+        .into_iter()
+        .map(|(class, c)| {
+            WorkflowLine::Calls(CallsLine {
+                placement: o.placement.name().into(),
+                caller: caller.name().into(),
+                bqsr,
+                class: class.into(),
+                true_positives: c.counts.tp,
+                false_positives: c.counts.fp,
+                false_negatives: c.counts.fn_,
+                precision: c.precision.unwrap_or(0.0),
+                recall: c.recall.unwrap_or(0.0),
+                f1: c.f1.unwrap_or(0.0),
+            })
+        })
+        .collect())
+}
+
+/// Records and duplicate-flagged records of a BAM.
+fn bam_counts(bam: &Path) -> Result<(u64, u64)> {
+    let count = |extra: &[&str]| -> Result<u64> {
+        let mut args: Vec<OsString> = vec!["view".into(), "-c".into()];
+        args.extend(extra.iter().map(OsString::from));
+        args.push(bam.as_os_str().to_owned());
+        let out = crate::tools::SAMTOOLS.run(&args)?;
+        String::from_utf8_lossy(&out)
+            .trim()
+            .parse()
+            .map_err(|e| AsamError::Invalid(format!("samtools view -c {}: {e}", bam.display())))
+    };
+    Ok((count(&[])?, count(&["-f", "1024"])?))
+}
+
+fn private_dir(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(parent).map_err(|e| AsamError::io(parent, e))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)
+        .map_err(|e| AsamError::io(parent, e))
+}
+
+struct Runner<'o> {
+    o: &'o Options,
+    origin: Instant,
+    counters_why_not: Option<String>,
+    counter_dir: PathBuf,
+}
+
+impl Runner<'_> {
+    fn placement(&self) -> String {
+        self.o.placement.name().into()
+    }
+
+    fn now(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64()
+    }
+
+    /// Runs one stage (its chains one after another), perf-wrapped where
+    /// counters are available; its stage and counters lines.
+    fn stage(&self, plan: &StagePlan) -> Result<(StageLine, CountersLine)> {
+        let start = self.now();
+        let mut values = BTreeMap::new();
+        for (i, (steps, out)) in plan.runs.iter().enumerate() {
+            let (steps, files) = self.wrapped(plan.stage, i, steps);
+            chain::run(&steps, out.as_deref(), self.origin, self.o.timeout)?;
+            for f in files {
+                let text = std::fs::read_to_string(&f).map_err(|e| AsamError::io(&f, e))?;
+                counters::add(&mut values, counters::parse(&text));
+            }
+        }
+        let end = self.now();
+        Ok((
+            StageLine {
+                stage: plan.stage.into(),
+                placement: self.placement(),
+                tool: plan.tool.clone(),
+                seconds: end - start,
+                start,
+                end,
+            },
+            self.counters_line(plan.stage, values),
+        ))
+    }
+
+    fn counters_line(&self, stage: &str, values: BTreeMap<String, f64>) -> CountersLine {
+        CountersLine {
+            placement: self.placement(),
+            stage: stage.into(),
+            values,
+            unavailable: self.counters_why_not.clone(),
+        }
+    }
+
+    /// `steps` under perf stat when counters are available, with the CSV
+    /// files they write.
+    fn wrapped(&self, stage: &str, run: usize, steps: &[Step]) -> (Vec<Step>, Vec<PathBuf>) {
+        if self.counters_why_not.is_some() {
+            return (steps.to_vec(), Vec::new());
+        }
+        steps
+            .iter()
+            .enumerate()
+            .map(|(j, s)| {
+                let f = self.counter_dir.join(format!("{stage}-{run}-{j}.csv"));
+                (counters::wrap(s, &f), f)
+            })
+            .unzip()
+    }
+
+    /// Untimed: the records ArrowSAM loaded go through samtools sort and
+    /// Picard (SortSam, MarkDuplicates); ArrowSAM's sorted, marked records
+    /// (before BQSR) must equal them whole, and mark the same duplicates.
+    /// Returns ArrowSAM's BAM before BQSR.
+    fn check_arrowsam(
+        &self,
+        store: &Path,
+        dir: &Path,
+        checks: &mut Vec<String>,
+    ) -> Result<PathBuf> {
+        let o = self.o;
+        let me = |args: &[&str], out: &Path| {
+            let mut argv: Vec<OsString> = vec![o.self_exe.as_os_str().to_owned(), "stage".into()];
+            argv.extend(args.iter().map(OsString::from));
+            argv.extend([
+                "--store".into(),
+                store.as_os_str().to_owned(),
+                "--out".into(),
+            ]);
+            argv.push(out.as_os_str().to_owned());
+            Step {
+                argv,
+                package: "testbed-asam (this testbed)",
+            }
+        };
+        let sam = dir.join("aligned.sam");
+        let ours = dir.join("arrowsam.markdup.bam");
+        let samtools_sorted = dir.join("samtools.sorted.bam");
+        let picard_sorted = dir.join("picard.sorted.bam");
+        let picard_marked = dir.join("picard.markdup.bam");
+        let kv = |k: &str, p: &Path| {
+            let mut s = OsString::from(format!("{k}="));
+            s.push(p);
+            s
+        };
+        let picard = |args: Vec<OsString>| {
+            let mut argv: Vec<OsString> = vec!["PicardCommandLine".into()];
+            argv.extend(args);
+            argv.extend(["VERBOSITY=WARNING".into(), "QUIET=true".into()]);
+            argv.push(kv("TMP_DIR", dir));
+            Step {
+                argv,
+                package: "picard-tools",
+            }
+        };
+        let runs: Vec<Step> = vec![
+            me(&["write-sam"], &sam),
+            me(&["write-bam", "--threads", &o.threads.to_string()], &ours),
+            plan::samtools(vec![
+                "sort".into(),
+                "-@".into(),
+                o.threads.to_string().into(),
+                "-o".into(),
+                samtools_sorted.as_os_str().to_owned(),
+                sam.as_os_str().to_owned(),
+            ]),
+            picard(vec![
+                "SortSam".into(),
+                kv("I", &sam),
+                kv("O", &picard_sorted),
+                "SO=coordinate".into(),
+            ]),
+            picard(vec![
+                "MarkDuplicates".into(),
+                kv("I", &picard_sorted),
+                kv("O", &picard_marked),
+                kv("M", &dir.join("picard.metrics")),
+            ]),
+        ];
+        for step in runs {
+            chain::run(&[step], None, self.origin, o.timeout)?;
+        }
+        let gate = |r: std::result::Result<crate::gates::Passed, crate::gates::GateError>| {
+            r.map_err(|e| AsamError::Invalid(e.to_string()))
+        };
+        let order = gate(crate::gates::check_order(
+            &ours,
+            &samtools_sorted,
+            crate::schema::flag::DUPLICATE as u16,
+        ))?;
+        checks.push(format!(
+            "order: ArrowSAM's {} records equal samtools sort's, whole and in order",
+            order.records
+        ));
+        let dups = gate(crate::gates::check_duplicates(&ours, &picard_marked))?;
+        checks.push(format!(
+            "duplicates: ArrowSAM marks the {} duplicates Picard MarkDuplicates marks ({} records)",
+            dups.duplicates, dups.records
+        ));
+        Ok(ours)
+    }
+
+    fn collect(
+        &self,
+        parts: Vec<(StageLine, CountersLine)>,
+    ) -> (Vec<StageLine>, Vec<CountersLine>) {
+        parts.into_iter().unzip()
+    }
+
+    /// Disk and ramdisk: every stage reads and writes files in `dir`.
+    fn files(&self, dir: &Path) -> Result<Timed> {
+        let o = self.o;
+        let sam = dir.join("aligned.sam");
+        let mut parts = vec![self.stage(&StagePlan {
+            stage: "align",
+            tool: o.align.program(),
+            runs: vec![(vec![o.align.clone()], Some(sam.clone()))],
+        })?];
+        parts.push(self.stage(&plan::sort_files(o.baseline, &sam, dir, o.threads))?);
+        parts.push(self.stage(&plan::markdup_files(o.baseline, dir, o.threads))?);
+        let bam = dir.join("markdup.bam");
+        parts.push(self.stage(&StagePlan {
+            stage: "call",
+            tool: callers_tool(&o.callers),
+            runs: plan::call_runs(&bam, &o.reference, &o.callers, o.threads),
+        })?);
+        let (stages, counters) = self.collect(parts);
+        Ok(Timed {
+            stages,
+            counters,
+            calls_dir: dir.to_path_buf(),
+            final_bam: bam,
+            store: None,
+        })
+    }
+
+    /// Pipes: bwa | fixmate | sort | markdup, each stage ending when its
+    /// process exits; the final BAM on tmpfs, then the callers.
+    fn pipes(&self, dir: &Path) -> Result<Timed> {
+        let o = self.o;
+        let bam = dir.join("markdup.bam");
+        let steps = plan::pipes_chain(&o.align, &bam, &dir.join("tmp"), o.threads);
+        let (steps, files) = self.wrapped("pipes", 0, &steps);
+        let t = chain::run(&steps, None, self.origin, o.timeout)?;
+        let mut counted: Vec<BTreeMap<String, f64>> = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).map_err(|e| AsamError::io(f, e))?;
+            counted.push(counters::parse(&text));
+        }
+        // (stage, tool, first step, last step): fixmate belongs to sort.
+        let parts_of = [
+            ("align", o.align.program(), 0, 0),
+            ("sort", "samtools".to_string(), 1, 2),
+            ("markdup", "samtools".to_string(), 3, 3),
+        ];
+        let mut stages = Vec::new();
+        let mut counters_lines = Vec::new();
+        let mut start = t.start;
+        for (stage, tool, first, last) in parts_of {
+            let end = t.ends[first..=last].iter().copied().fold(start, f64::max);
+            stages.push(StageLine {
+                stage: stage.into(),
+                placement: self.placement(),
+                tool,
+                seconds: end - start,
+                start,
+                end,
+            });
+            let mut values = BTreeMap::new();
+            for c in counted.iter().skip(first).take(last - first + 1) {
+                counters::add(&mut values, c.clone());
+            }
+            counters_lines.push(self.counters_line(stage, values));
+            start = end;
+        }
+        let (call, c) = self.stage(&StagePlan {
+            stage: "call",
+            tool: callers_tool(&o.callers),
+            runs: plan::call_runs(&bam, &o.reference, &o.callers, o.threads),
+        })?;
+        stages.push(call);
+        counters_lines.push(c);
+        Ok(Timed {
+            stages,
+            counters: counters_lines,
+            calls_dir: dir.to_path_buf(),
+            final_bam: bam,
+            store: None,
+        })
+    }
+
+    /// ArrowSAM: bwa's SAM converted by a writer process into Arrow IPC on
+    /// tmpfs; sort, markdup (and BQSR) each a process mapping the previous
+    /// stage's output; the calling stage writes the BAM the callers read.
+    fn arrowsam(&self, dir: &Path) -> Result<Timed> {
+        let o = self.o;
+        let store = shared::create(&o.ram_dir)?;
+        let me = |args: Vec<OsString>| {
+            let mut argv: Vec<OsString> = vec![o.self_exe.as_os_str().to_owned(), "stage".into()];
+            argv.extend(args);
+            argv.push("--store".into());
+            argv.push(store.path().as_os_str().to_owned());
+            Step {
+                argv,
+                package: "testbed-asam (this testbed)",
+            }
+        };
+        let t = || -> Vec<OsString> { vec!["--threads".into(), o.threads.to_string().into()] };
+        let arrow = |stage: &'static str, args: Vec<OsString>| StagePlan {
+            stage,
+            tool: "arrowsam".into(),
+            runs: vec![(vec![me(args)], None)],
+        };
+        let mut parts = vec![self.stage(&StagePlan {
+            stage: "align",
+            tool: o.align.program(),
+            runs: vec![(vec![o.align.clone(), me(vec!["load".into()])], None)],
+        })?];
+        parts.push(self.stage(&arrow("sort", [vec!["sort".into()], t()].concat()))?);
+        parts.push(self.stage(&arrow("markdup", [vec!["markdup".into()], t()].concat()))?);
+        if o.bqsr {
+            let mut args: Vec<OsString> = vec!["bqsr".into(), "--reference".into()];
+            args.push(o.reference.as_os_str().to_owned());
+            if let Some(k) = &o.known_sites {
+                args.push("--known-sites".into());
+                args.push(k.as_os_str().to_owned());
+            }
+            parts.push(self.stage(&arrow("bqsr", [args, t()].concat()))?);
+            parts.push(self.stage(&arrow(
+                "apply-bqsr",
+                [vec!["apply-bqsr".into()], t()].concat(),
+            ))?);
+        }
+        let bam = dir.join("final.bam");
+        let mut write: Vec<OsString> = vec!["write-bam".into(), "--out".into()];
+        write.push(bam.as_os_str().to_owned());
+        if o.bqsr {
+            write.push("--recalibrated".into());
+        }
+        let mut runs = vec![(vec![me(write)], None)];
+        runs.extend(plan::call_runs(&bam, &o.reference, &o.callers, o.threads));
+        parts.push(self.stage(&StagePlan {
+            stage: "call",
+            tool: format!("arrowsam+{}", callers_tool(&o.callers)),
+            runs,
+        })?);
+        let (stages, counters) = self.collect(parts);
+        Ok(Timed {
+            stages,
+            counters,
+            calls_dir: dir.to_path_buf(),
+            final_bam: bam,
+            store: Some(store),
+        })
+    }
+}
+
+fn callers_tool(callers: &[Caller]) -> String {
+    if callers.is_empty() {
+        return "samtools".into();
+    }
+    callers
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join("+")
+}

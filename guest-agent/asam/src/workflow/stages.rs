@@ -1,0 +1,199 @@
+//! `testbed-asam stage ...`: the ArrowSAM placement's stage processes.
+//! Each maps what the previous one left in the shared store (see
+//! [`super::shared`]) and writes its own output there:
+//!
+//! | stage        | reads                              | writes                       |
+//! |--------------|------------------------------------|------------------------------|
+//! | `load`       | SAM on stdin (bwa's stream)        | aligned.arrow, header, refs  |
+//! | `sort`       | aligned.arrow                      | sorted.arrow                 |
+//! | `markdup`    | sorted.arrow, header               | flags.arrow (the new FLAGs)  |
+//! | `bqsr`       | sorted + flags, reference, sites   | recal.json, recal.txt        |
+//! | `apply-bqsr` | sorted + flags, recal.json         | quals.arrow (the new QUALs)  |
+//! | `write-bam`  | sorted + flags (+ quals)           | a BAM file                   |
+//! | `write-sam`  | aligned.arrow                      | a SAM file (for the checks)  |
+//!
+//! Markdup and apply-bqsr store only the column they change: the next
+//! process puts it beside the mapped sorted columns without copying them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int32Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use super::shared::SharedDir;
+use crate::schema::{schema, with_flags};
+use crate::{AsamError, Result};
+
+pub const ALIGNED: &str = "aligned.arrow";
+pub const SORTED: &str = "sorted.arrow";
+pub const FLAGS: &str = "flags.arrow";
+pub const HEADER: &str = "header.sam";
+pub const REFERENCES: &str = "references.txt";
+
+#[derive(Debug, clap::Subcommand)]
+pub enum StageCommand {
+    /// SAM on stdin → aligned.arrow (the writer process after bwa).
+    Load {
+        #[arg(long)]
+        store: PathBuf,
+    },
+    /// aligned.arrow → sorted.arrow.
+    Sort {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// sorted.arrow → flags.arrow.
+    Markdup {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// sorted + flags → a BAM file.
+    WriteBam {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// Use the qualities apply-bqsr wrote.
+        #[arg(long)]
+        recalibrated: bool,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// aligned.arrow → SAM (the same records, for the reference tools).
+    WriteSam {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    #[command(flatten)]
+    Bqsr(super::bqsr_stage::BqsrCommand),
+}
+
+pub fn run(cmd: StageCommand) -> Result<()> {
+    match cmd {
+        StageCommand::Load { store } => load(&SharedDir::open(&store)?),
+        StageCommand::Sort { store, threads } => sort(&SharedDir::open(&store)?, threads),
+        StageCommand::Markdup { store, threads } => markdup(&SharedDir::open(&store)?, threads),
+        StageCommand::WriteBam {
+            store,
+            out,
+            recalibrated,
+            threads,
+        } => write_bam(&SharedDir::open(&store)?, &out, recalibrated, threads),
+        StageCommand::WriteSam { store, out } => write_sam(&SharedDir::open(&store)?, &out),
+        StageCommand::Bqsr(c) => super::bqsr_stage::run(c),
+    }
+}
+
+fn load(s: &SharedDir) -> Result<()> {
+    let t = crate::load::load_sam(Path::new("/dev/stdin"))?;
+    s.put(ALIGNED, &schema(), &t.batches)?;
+    s.put_text(HEADER, &t.header_text)?;
+    s.put_text(REFERENCES, &t.reference_names.join("\n"))
+}
+
+pub fn references(s: &SharedDir) -> Result<Vec<String>> {
+    Ok(s.get_text(REFERENCES)?
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+fn sort(s: &SharedDir, threads: usize) -> Result<()> {
+    let aligned = s.get(ALIGNED)?;
+    let sorted = crate::sort::sort_batches(&aligned, threads)?;
+    s.put(SORTED, &schema(), &sorted)
+}
+
+fn flags_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "flags",
+        DataType::Int32,
+        false,
+    )]))
+}
+
+fn markdup(s: &SharedDir, threads: usize) -> Result<()> {
+    let sorted = s.get(SORTED)?;
+    let marked = crate::markdup::mark_duplicates(&sorted, &s.get_text(HEADER)?, threads)?;
+    let schema = flags_schema();
+    let batches = marked
+        .flags
+        .into_iter()
+        .map(|f| {
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(f) as ArrayRef])
+                .map_err(|e| AsamError::arrow("flags batch", e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    s.put(FLAGS, &schema, &batches)
+}
+
+/// The sorted records with markdup's flags in place (no copy of the
+/// other columns).
+pub fn marked(s: &SharedDir) -> Result<Vec<RecordBatch>> {
+    let sorted = s.get(SORTED)?;
+    let flags = s.get(FLAGS)?;
+    if sorted.len() != flags.len() {
+        return Err(AsamError::Invalid(format!(
+            "{}: {} batches of flags for {} sorted batches",
+            s.path(FLAGS).display(),
+            flags.len(),
+            sorted.len()
+        )));
+    }
+    sorted
+        .iter()
+        .zip(&flags)
+        .map(|(b, f)| {
+            let col = f
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .filter(|c| c.len() == b.num_rows())
+                .ok_or_else(|| {
+                    AsamError::Invalid(format!(
+                        "{}: not one int32 flag per record",
+                        s.path(FLAGS).display()
+                    ))
+                })?;
+            with_flags(b, col.clone())
+        })
+        .collect()
+}
+
+fn write_bam(s: &SharedDir, out: &Path, recalibrated: bool, threads: usize) -> Result<()> {
+    let batches = if recalibrated {
+        super::bqsr_stage::recalibrated(s)?
+    } else {
+        marked(s)?
+    };
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    crate::bam_out::write_bam(
+        out,
+        &s.get_text(HEADER)?,
+        &references(s)?,
+        &batches,
+        threads,
+        &command_line,
+    )?;
+    Ok(())
+}
+
+fn write_sam(s: &SharedDir, out: &Path) -> Result<()> {
+    let file = std::fs::File::create_new(out).map_err(|e| AsamError::io(out, e))?;
+    let mut w = std::io::BufWriter::new(file);
+    crate::sam_text::write_sam(
+        &mut w,
+        &s.get_text(HEADER)?,
+        &references(s)?,
+        &s.get(ALIGNED)?,
+    )?;
+    std::io::Write::flush(&mut w).map_err(|e| AsamError::io(out, e))
+}

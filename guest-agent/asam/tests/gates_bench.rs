@@ -1,0 +1,285 @@
+//! bench-preproc end to end on a synthetic SAM with the real tools: every
+//! tool's stages, ArrowSAM's gates, its BAM (samtools quickcheck, Picard
+//! ValidateSamFile) and metrics (Picard's counts); and the gates failing,
+//! naming the read, when ArrowSAM's result is broken on purpose.
+
+mod preproc_data;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use arrow::array::{Int32Array, RecordBatch, StringArray};
+use testbed_asam::bench::{BenchOptions, bench, bench_with};
+use testbed_asam::metrics::read_metrics;
+use testbed_asam::schema::{BatchLimits, Columns, TAGSS, flag, with_flags};
+
+fn private_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .unwrap()
+}
+
+/// A synthetic SAM in `dir` and options for a run on it whose batches hold
+/// at most 300 rows (each chromosome spans several).
+fn setup(dir: &Path, tools: &[&str], pairs: usize) -> BenchOptions {
+    let sam = dir.join("in.sam");
+    std::fs::write(&sam, preproc_data::synthetic_sam(pairs, 11)).unwrap();
+    BenchOptions {
+        sam,
+        tools: tools.iter().map(|t| t.to_string()).collect(),
+        out_dir: dir.join("out"),
+        store_dir: dir.join("store"),
+        threads: 2,
+        limits: BatchLimits {
+            max_rows: 300,
+            max_string_bytes: 1 << 20,
+        },
+        command_line: "testbed-asam bench-preproc --test".into(),
+    }
+}
+
+fn tool(program: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(program).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picard_accepts() {
+    let dir = private_dir();
+    let o = setup(
+        dir.path(),
+        &["picard", "sambamba", "samtools", "arrowsam"],
+        1500,
+    );
+    let report = bench(&o).unwrap();
+    let stages: Vec<(&str, &str)> = report
+        .stages
+        .iter()
+        .map(|s| (s.tool.as_str(), s.stage.as_str()))
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            ("picard", "jvm-startup"),
+            ("picard", "sort"),
+            ("picard", "markdup"),
+            ("sambamba", "convert"),
+            ("sambamba", "sort"),
+            ("sambamba", "markdup"),
+            ("samtools", "fixmate"),
+            ("samtools", "sort"),
+            ("samtools", "markdup"),
+            ("arrowsam", "load"),
+            ("arrowsam", "sort"),
+            ("arrowsam", "markdup"),
+            ("arrowsam", "write"),
+        ]
+    );
+    assert!(report.stages.iter().all(|s| s.seconds > 0.0));
+    let markdup = |t: &str| {
+        report
+            .stages
+            .iter()
+            .find(|s| s.tool == t && s.stage == "markdup")
+            .unwrap()
+            .clone()
+    };
+    let (ours, picard) = (markdup("arrowsam"), markdup("picard"));
+    assert_eq!(ours.records, picard.records);
+    assert_eq!(ours.duplicates, picard.duplicates);
+    assert!(ours.duplicates.unwrap() > 100, "{ours:?}");
+    let v = &report.verification;
+    assert_eq!(v.duplicates_vs_picard.unwrap().records, ours.records);
+    assert_eq!(
+        v.duplicates_vs_picard.unwrap().duplicates,
+        ours.duplicates.unwrap()
+    );
+    assert_eq!(v.order_vs_samtools.unwrap().records, ours.records);
+    // One output directory for every tool's result.
+    for t in ["picard", "sambamba", "samtools", "arrowsam"] {
+        assert!(o.out_dir.join(format!("{t}.md.bam")).is_file(), "{t}");
+    }
+
+    let bam = o.arrowsam_bam();
+    let bam_s = bam.display().to_string();
+    let (ok, text) = tool("samtools", &["quickcheck", "-v", &bam_s]);
+    assert!(ok, "quickcheck: {text}");
+    let (ok, text) = tool(
+        "PicardCommandLine",
+        &["ValidateSamFile", &format!("I={bam_s}"), "MODE=VERBOSE"],
+    );
+    let complaints: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("ERROR::") || l.starts_with("WARNING::"))
+        .collect();
+    assert!(
+        ok && text.contains("No errors found") && complaints.is_empty(),
+        "ValidateSamFile: {complaints:?} {text}"
+    );
+    let (_, header) = tool("samtools", &["view", "-H", &bam_s]);
+    let lines: Vec<&str> = header.lines().collect();
+    assert_eq!(lines[0], "@HD\tVN:1.6\tSO:coordinate");
+    for want in [
+        "@SQ\tSN:chr1\tLN:20000",
+        "@SQ\tSN:chr2\tLN:20000",
+        "@RG\tID:rgA\tSM:s1\tLB:libA\tPL:ILLUMINA",
+        "@RG\tID:rgB\tSM:s1\tLB:libB\tPL:ILLUMINA",
+        "@PG\tID:bwa\tPN:bwa\tVN:0.7.17",
+    ] {
+        assert!(lines.contains(&want), "{want:?} not in {header}");
+    }
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("@PG\tID:testbed-asam\tPN:testbed-asam\tVN:")
+                && l.ends_with("\tPP:bwa\tCL:testbed-asam bench-preproc --test")
+        ),
+        "{header}"
+    );
+
+    // The metrics: Picard's counts per library, and its library size.
+    let mine = read_metrics(&o.arrowsam_metrics()).unwrap();
+    let theirs = read_metrics(&o.out_dir.join("picard.metrics.txt")).unwrap();
+    let mut theirs_sorted = theirs.clone();
+    theirs_sorted.sort_by(|a, b| a.library.cmp(&b.library));
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    for (m, p) in mine.iter().zip(&theirs_sorted) {
+        assert_eq!(m.library, p.library);
+        assert_eq!(m.counts(), p.counts(), "{m:?} vs {p:?}");
+        assert!(
+            m.read_pair_duplicates > 0
+                && m.unmapped_reads > 0
+                && m.read_pair_optical_duplicates > 0,
+            "{m:?}"
+        );
+        assert_eq!(m.estimated_library_size, p.estimated_library_size);
+        assert!((m.percent_duplication - p.percent_duplication).abs() < 1e-6);
+    }
+    // The histogram section (duplicate-set sizes; two libraries: no ROI)
+    // as Picard prints it, character for character.
+    let histogram = |p: &Path| {
+        let text = std::fs::read_to_string(p).unwrap();
+        text[text.find("## HISTOGRAM").expect("a histogram")..].to_string()
+    };
+    assert_eq!(
+        histogram(&o.arrowsam_metrics()),
+        histogram(&o.out_dir.join("picard.metrics.txt"))
+    );
+}
+
+/// Runs ArrowSAM alone (its gates' references made untimed) with
+/// `tamper` applied to its result; the error.
+fn tampered(
+    pairs: usize,
+    tamper: impl FnOnce(&mut Vec<RecordBatch>) -> testbed_asam::Result<()>,
+) -> String {
+    let dir = private_dir();
+    let o = setup(dir.path(), &["arrowsam"], pairs);
+    bench_with(&o, tamper).unwrap_err().to_string()
+}
+
+/// Replaces row `row` of `b` through `change(qname, flags, tags)`.
+fn edit_row(b: &RecordBatch, row: usize, flags: Option<i32>, tags: Option<&str>) -> RecordBatch {
+    let c = Columns::of(b).unwrap();
+    let mut f: Vec<i32> = c.flags.values().to_vec();
+    if let Some(x) = flags {
+        f[row] = x;
+    }
+    let b = with_flags(b, Int32Array::from(f)).unwrap();
+    let Some(t) = tags else { return b };
+    let c = Columns::of(&b).unwrap();
+    let new: StringArray = (0..b.num_rows())
+        .map(|i| Some(if i == row { t } else { c.tagss.value(i) }))
+        .collect();
+    let mut columns = b.columns().to_vec();
+    columns[TAGSS] = Arc::new(new);
+    RecordBatch::try_new(b.schema(), columns).unwrap()
+}
+
+/// The first row passing `pick`: (batch, row, qname, flags).
+fn find(batches: &[RecordBatch], pick: impl Fn(i32) -> bool) -> (usize, usize, String, i32) {
+    for (bi, b) in batches.iter().enumerate() {
+        let c = Columns::of(b).unwrap();
+        for i in 0..b.num_rows() {
+            if pick(c.flags.value(i)) {
+                return (bi, i, c.qnames.value(i).to_string(), c.flags.value(i));
+            }
+        }
+    }
+    panic!("no such row");
+}
+
+#[test]
+fn one_flipped_duplicate_flag_fails_the_gate_naming_the_read() {
+    let name = std::sync::Mutex::new(String::new());
+    let e = tampered(300, |batches| {
+        let (b, row, qname, flags) = find(batches, |f| f & flag::DUPLICATE != 0);
+        batches[b] = edit_row(&batches[b], row, Some(flags & !flag::DUPLICATE), None);
+        *name.lock().unwrap() = qname;
+        Ok(())
+    });
+    let name = name.into_inner().unwrap();
+    // The order gate (which ignores 0x400) passed; the duplicate gate,
+    // against an untimed Picard run, did not.
+    assert!(
+        e.contains("duplicate set differs from Picard")
+            && e.contains("1 records of 1 reads differ")
+            && e.contains(&format!("reads: {name}")),
+        "{name}: {e}"
+    );
+}
+
+#[test]
+fn a_changed_tag_fails_the_order_gate_naming_the_read() {
+    let name = std::sync::Mutex::new(String::new());
+    let e = tampered(300, |batches| {
+        let (b, row, qname, _) = find(batches, |f| f & flag::UNMAPPED == 0);
+        batches[b] = edit_row(&batches[b], row, None, Some("RG:Z:rgA\tNM:i:7"));
+        *name.lock().unwrap() = qname;
+        Ok(())
+    });
+    let name = name.into_inner().unwrap();
+    // The record is on both sides once: ours with the new tag, samtools'
+    // with the old one.
+    assert!(
+        e.contains("order differs from samtools")
+            && e.contains("2 records of 1 reads differ")
+            && e.contains(&format!("reads: {name}")),
+        "{name}: {e}"
+    );
+}
+
+#[test]
+fn two_swapped_records_fail_the_order_gate() {
+    let names = std::sync::Mutex::new(Vec::new());
+    let e = tampered(300, |batches| {
+        // The first two rows of the first batch, at different positions.
+        let b = &batches[0];
+        let c = Columns::of(b).unwrap();
+        let i = (1..b.num_rows())
+            .find(|&i| c.poss.value(i) != c.poss.value(i - 1))
+            .unwrap();
+        names.lock().unwrap().extend([
+            c.qnames.value(i - 1).to_string(),
+            c.qnames.value(i).to_string(),
+        ]);
+        let mut idx: Vec<u32> = (0..b.num_rows() as u32).collect();
+        idx.swap(i - 1, i);
+        batches[0] =
+            arrow::compute::take_record_batch(b, &arrow::array::UInt32Array::from(idx)).unwrap();
+        Ok(())
+    });
+    for n in names.into_inner().unwrap() {
+        assert!(
+            e.contains("order differs from samtools") && e.contains(&n),
+            "{n}: {e}"
+        );
+    }
+}

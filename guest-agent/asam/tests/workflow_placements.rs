@@ -1,0 +1,174 @@
+//! The workflow through every placement on this host, with the real tools
+//! (bwa, samtools, Picard, bcftools) and the real binary: the tiny data set
+//! once, then `testbed-asam workflow` per placement. Every placement must
+//! produce the same final records and, so, the same calls; ArrowSAM's
+//! records pass the gates against samtools and Picard; the stages are the
+//! figure's stages; CPU samples arrive.
+
+use std::path::Path;
+use std::process::Command;
+
+use testbed_lines::asam::Prepared;
+use testbed_lines::asam_workflow::{CallsLine, DoneLine, WorkflowLine};
+
+const BIN: &str = env!("CARGO_BIN_EXE_testbed-asam");
+
+fn prepare(root: &Path) -> Prepared {
+    let out = Command::new(BIN)
+        .args(["prepare", "--name", "tiny", "--threads", "2", "--dir"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn workflow(p: &Prepared, placement: &str, disk: &Path, extra: &[&str]) -> Vec<WorkflowLine> {
+    let info = p.dir.as_ref().unwrap().join("prepared.json");
+    let out = Command::new(BIN)
+        .args(["workflow", "--json", "--threads", "2", "--cpu-hz", "20"])
+        .args(["--placement", placement, "--callers", "bcftools"])
+        .arg("--prepared")
+        .arg(&info)
+        .arg("--disk-dir")
+        .arg(disk)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{placement}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn done(lines: &[WorkflowLine]) -> &DoneLine {
+    lines
+        .iter()
+        .find_map(|l| match l {
+            WorkflowLine::Done(d) => Some(d),
+            _ => None,
+        })
+        .unwrap()
+}
+
+fn calls(lines: &[WorkflowLine], bqsr: bool) -> Vec<&CallsLine> {
+    lines
+        .iter()
+        .filter_map(|l| match l {
+            WorkflowLine::Calls(c) if c.bqsr == bqsr => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stages(lines: &[WorkflowLine]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| match l {
+            WorkflowLine::Stage(s) => Some(s.stage.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_placement_does_the_same_work_and_arrowsam_passes_its_gates() {
+    let root = tempfile::tempdir().unwrap();
+    let disk = root.path().join("disk");
+    let p = prepare(&root.path().join("data"));
+
+    let mut finals = Vec::new();
+    let mut plain_calls = Vec::new();
+    for placement in ["disk", "ramdisk", "pipes"] {
+        let lines = workflow(&p, placement, &disk, &[]);
+        assert_eq!(
+            stages(&lines),
+            ["align", "sort", "markdup", "call"],
+            "{placement}"
+        );
+        // Stages follow one another, each ending after it started.
+        for l in &lines {
+            if let WorkflowLine::Stage(s) = l {
+                assert!(s.end >= s.start && s.seconds >= 0.0, "{s:?}");
+            }
+        }
+        let d = done(&lines);
+        finals.push((d.records, d.duplicates));
+        let c = calls(&lines, false);
+        assert_eq!(c.len(), 3, "snp, indel, all: {c:?}");
+        plain_calls.push(
+            c.iter()
+                .map(|c| (c.class.clone(), c.true_positives, c.false_positives))
+                .collect::<Vec<_>>(),
+        );
+        let cpu = lines
+            .iter()
+            .filter(|l| matches!(l, WorkflowLine::Cpu(c) if c.cpu == "all"))
+            .count();
+        assert!(cpu >= 5, "{placement}: {cpu} CPU samples");
+    }
+
+    let lines = workflow(&p, "arrowsam", &disk, &["--bqsr", "--check"]);
+    assert_eq!(
+        stages(&lines),
+        ["align", "sort", "markdup", "bqsr", "apply-bqsr", "call"]
+    );
+    let d = done(&lines);
+    finals.push((d.records, d.duplicates));
+    assert!(
+        d.checks.iter().any(|c| c.starts_with("order:"))
+            && d.checks.iter().any(|c| c.starts_with("duplicates:")),
+        "{:?}",
+        d.checks
+    );
+    // The same records, and as many duplicates, in every placement (the
+    // baselines' samtools markdup and ArrowSAM's Picard-equal marking agree
+    // on this data: both mark by 5' ends, orientation and library).
+    assert!(finals.iter().all(|f| f.0 == finals[0].0), "{finals:?}");
+    assert!(finals[0].0 > 20_000 && finals[0].1 > 0, "{finals:?}");
+    // ArrowSAM without BQSR calls exactly what the baselines call.
+    let arrow_plain: Vec<_> = calls(&lines, false)
+        .iter()
+        .map(|c| (c.class.clone(), c.true_positives, c.false_positives))
+        .collect();
+    for pc in &plain_calls {
+        assert_eq!(pc, &arrow_plain);
+    }
+    // With BQSR it still calls most of it.
+    let with = calls(&lines, true);
+    let all = with.iter().find(|c| c.class == "all").unwrap();
+    assert!(all.recall > 0.5 && all.precision > 0.9, "{all:?}");
+}
+
+#[test]
+fn pipes_refuse_a_baseline_that_reads_twice_and_bqsr_is_arrowsam_only() {
+    let root = tempfile::tempdir().unwrap();
+    let p = prepare(&root.path().join("data"));
+    let info = p.dir.as_ref().unwrap().join("prepared.json");
+    for (placement, extra, says) in [
+        ("pipes", ["--baseline", "picard"], "samtools only"),
+        ("disk", ["--bqsr", "--check"], "only the arrowsam placement"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["workflow", "--json", "--placement", placement])
+            .arg("--prepared")
+            .arg(&info)
+            .arg("--disk-dir")
+            .arg(root.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+}
