@@ -6,7 +6,7 @@ use std::io::BufReader;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use testbed_agent::agent::{devices, init, serve};
+use testbed_agent::agent::{devices, init, rootfs, serve};
 use testbed_agent::protocol::{
     CMDLINE_MODE, CMDLINE_NET, CMDLINE_NONCE, Hello, PORT_NAME, PROTOCOL_VERSION,
 };
@@ -50,7 +50,18 @@ fn run_pid1() -> Result<(), String> {
     }
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let nonce = init::cmdline_value(&cmdline, CMDLINE_NONCE).unwrap_or_default();
+    if let Some(accel) = init::cmdline_value(&cmdline, testbed_agent::protocol::CMDLINE_ACCEL) {
+        // SAFETY: PID 1 has started no thread yet; nothing reads the
+        // environment concurrently.
+        unsafe { std::env::set_var("TESTBED_ACCEL", accel) };
+    }
     let modules = init::load_modules(std::path::Path::new(init::MODULE_LIST))?;
+    // The root image and the devices to format need the modules just
+    // loaded (virtio_blk, ext4, overlay); everything after, the control
+    // port and the points included, runs in the new root.
+    for line in rootfs::prepare()? {
+        eprintln!("testbed-agent: {line}");
+    }
     let net_addr = init::cmdline_value(&cmdline, CMDLINE_NET);
     let net = match init::setup_network(net_addr.as_deref()) {
         Ok(n) => n,

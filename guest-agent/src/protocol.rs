@@ -23,6 +23,9 @@ pub const PORT_NAME: &str = "org.testbed.agent";
 /// Kernel command-line keys the host sets for the agent.
 pub const CMDLINE_NONCE: &str = "testbed.nonce";
 pub const CMDLINE_MODE: &str = "testbed.mode";
+/// `testbed.accel=tcg` when QEMU emulates the CPU; the agent exports it to
+/// workloads as `$TESTBED_ACCEL` (some tools need care under TCG).
+pub const CMDLINE_ACCEL: &str = "testbed.accel";
 /// `testbed.net=169.254.10.1/16`: address of the guest's first NIC.
 pub const CMDLINE_NET: &str = "testbed.net";
 

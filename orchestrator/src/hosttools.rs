@@ -26,6 +26,7 @@ pub const NEEDS: &[&str] = &[
     "report",
     "provenance",
     "slurm",
+    "image",
     "test",
 ];
 
@@ -45,6 +46,7 @@ pub fn describe(need: &str) -> &'static str {
         "report" => "checking reports in a browser",
         "provenance" => "recording the git commit",
         "slurm" => "the Slurm executor",
+        "image" => "building guest root filesystem images",
         "test" => "the test suite",
         _ => "an unknown step",
     }

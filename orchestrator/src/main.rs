@@ -142,6 +142,11 @@ enum Command {
         #[command(subcommand)]
         command: KernelCommand,
     },
+    /// Guest root filesystem images from images/NAME.toml: build, list.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
     /// NVMe passthrough: give back controllers a killed run left on vfio-pci.
     Passthrough {
         #[command(subcommand)]
@@ -166,6 +171,14 @@ enum PassthroughCommand {
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ImageCommand {
+    /// Build the image of recipe images/NAME.toml (or find it in the cache).
+    Build { name: String },
+    /// The recipes, and which are built, with their size.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -420,6 +433,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Kernel { command } => kernel_command(command),
+        Command::Image { command } => {
+            print!(
+                "{}",
+                match command {
+                    ImageCommand::Build { name } => testbed::image::cli::build(&name)?,
+                    ImageCommand::List => testbed::image::cli::list()?,
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Passthrough {
             command: PassthroughCommand::Restore { pci, force },
         } => {

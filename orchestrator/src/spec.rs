@@ -251,12 +251,32 @@ impl Default for KernelSection {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageSection {
+    /// A root filesystem image built from `images/<name>.toml`, attached
+    /// read-only; the agent switches to it (with a tmpfs overlay) before
+    /// any point. None: the initramfs alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Host programs copied into the initramfs with their shared libraries.
     #[serde(default)]
     pub include: Vec<String>,
     /// Extra kernel modules to load (dependencies are added).
     #[serde(default)]
     pub modules: Vec<String>,
+}
+
+/// A file system the agent makes on an emulated device before any point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Filesystem {
+    Ext4,
+}
+
+impl Filesystem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Filesystem::Ext4 => "ext4",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,6 +339,26 @@ pub struct DeviceSpec {
     /// it the controller must already be bound to vfio-pci.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bind: bool,
+    /// Emulated devices only: the agent formats the device (namespace 1)
+    /// with this file system at boot and mounts it at `mount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<Filesystem>,
+    /// Where the file system is mounted in the guest, under /mnt/
+    /// (default /mnt/<name>); workloads find it in $TESTBED_MOUNT_<NAME>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
+}
+
+impl DeviceSpec {
+    /// The guest mount point of its file system, if it has one.
+    pub fn mount_point(&self) -> Option<String> {
+        self.filesystem?;
+        Some(
+            self.mount
+                .clone()
+                .unwrap_or_else(|| format!("/mnt/{}", self.name)),
+        )
+    }
 }
 
 fn default_lbs() -> u32 {
@@ -658,7 +698,9 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
         {
             return Err(at("queues", format!("{q} must be between 1 and 64")));
         }
+        check_filesystem(loaded, d).map_err(|(key, msg)| at(key, msg))?;
     }
+    check_image_name(loaded)?;
     check_slurm(loaded)?;
     if spec.topology.is_some() && spec.experiment.executor != ExecutorKind::Qemu {
         return Err(loaded.error_at(
@@ -678,6 +720,97 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
         if axis == "kind" {
             return Err(loaded.error_at("sweep", Some(axis), "the workload kind cannot be swept"));
         }
+    }
+    Ok(())
+}
+
+/// `filesystem` and `mount` of a device: the key at fault and why.
+fn check_filesystem(loaded: &LoadedSpec, d: &DeviceSpec) -> Result<(), (&'static str, String)> {
+    let spec = &loaded.spec;
+    let Some(fs) = d.filesystem else {
+        if d.mount.is_some() {
+            return Err(("mount", "a mount point needs filesystem = \"ext4\"".into()));
+        }
+        return Ok(());
+    };
+    // Only a device the testbed created may be formatted.
+    if d.kind == DeviceKind::Vfio {
+        return Err((
+            "filesystem",
+            "a passed-through device is never formatted by the testbed: use an emulated one".into(),
+        ));
+    }
+    if d.backend == Backend::Null {
+        return Err((
+            "filesystem",
+            "the null backend keeps no data: a file system needs backend = \"file\"".into(),
+        ));
+    }
+    if spec.experiment.executor == ExecutorKind::Host {
+        return Err((
+            "filesystem",
+            "the agent formats and mounts it in the VM: needs executor = \"qemu\"".into(),
+        ));
+    }
+    let mkfs = format!("mkfs.{}", fs.as_str());
+    if spec.image.name.is_none() && !spec.image.include.contains(&mkfs) {
+        return Err((
+            "filesystem",
+            format!(
+                "{mkfs} must be in the guest: name an image with e2fsprogs ([image] name) or include it ([image] include = [\"{mkfs}\"])"
+            ),
+        ));
+    }
+    if let Some(m) = &d.mount {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-_./".contains(c);
+        let rest = m.strip_prefix("/mnt/").unwrap_or_default();
+        if rest.is_empty()
+            || !m.chars().all(plain)
+            || rest
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return Err((
+                "mount",
+                format!("{m:?}: give a plain path below /mnt/, e.g. \"/mnt/scratch\""),
+            ));
+        }
+    }
+    let mine = d.mount_point();
+    let taken = spec
+        .devices
+        .iter()
+        .take_while(|o| o.name != d.name)
+        .any(|o| o.mount_point().is_some() && o.mount_point() == mine);
+    if taken {
+        return Err((
+            "mount",
+            format!(
+                "{:?} is another device's mount point",
+                mine.unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `[image] name`: the recipe must exist and load.
+fn check_image_name(loaded: &LoadedSpec) -> Result<(), SpecError> {
+    let Some(name) = &loaded.spec.image.name else {
+        return Ok(());
+    };
+    crate::image::recipe::load(&crate::image::recipes_dir(), name)
+        .map_err(|e| loaded.error_at("image", Some("name"), e.to_string()))?;
+    let serial = crate::image::rootfs::SERIAL;
+    if let Some(i) = loaded.spec.devices.iter().position(|d| d.name == serial) {
+        return Err(loaded.error_at_path(
+            &[
+                PathSeg::Key("devices"),
+                PathSeg::Index(i),
+                PathSeg::Key("name"),
+            ],
+            format!("{serial:?} is the root image's disk: choose another name"),
+        ));
     }
     Ok(())
 }
@@ -1076,6 +1209,78 @@ threads = [1, 2]
         assert!(e.message.contains("missing field `kind`"), "{e}");
         assert_eq!(e.line, Some(14), "{e}");
         assert_eq!(e.field.as_deref(), Some("devices[1]"), "{e}");
+    }
+
+    #[test]
+    fn a_formatted_device_is_checked_where_it_is_written() {
+        let fs = "size = \"64M\"\nfilesystem = \"ext4\"\nmount = \"/mnt/scratch\"";
+        let with_mkfs = |src: String| {
+            src.replace(
+                "[workload]",
+                "[image]\ninclude = [\"mkfs.ext4\"]\n\n[workload]",
+            )
+        };
+        let s = parse(
+            Path::new("x.toml"),
+            &with_mkfs(GOOD.replace("size = \"64M\"", fs)),
+        )
+        .unwrap();
+        assert_eq!(
+            s.spec.devices[0].mount_point().as_deref(),
+            Some("/mnt/scratch")
+        );
+
+        // mkfs.ext4 must come from somewhere.
+        let e = err(&GOOD.replace("size = \"64M\"", fs));
+        assert_eq!(e.field.as_deref(), Some("devices[0].filesystem"), "{e}");
+        assert_eq!(e.line, Some(13), "{e}");
+        assert!(e.message.contains("include = [\"mkfs.ext4\"]"), "{e}");
+
+        for (bad, field, fragment) in [
+            ("/tmp/x", "devices[0].mount", "below /mnt/"),
+            ("/mnt/../etc", "devices[0].mount", "below /mnt/"),
+            ("/mnt/", "devices[0].mount", "below /mnt/"),
+        ] {
+            let e = err(&with_mkfs(
+                GOOD.replace("size = \"64M\"", &fs.replace("/mnt/scratch", bad)),
+            ));
+            assert_eq!(e.field.as_deref(), Some(field), "{bad}: {e}");
+            assert!(e.message.contains(fragment), "{bad}: {e}");
+            assert_eq!(e.line, Some(14), "{e}");
+        }
+        let e = err(&with_mkfs(GOOD.replace(
+            "size = \"64M\"",
+            &fs.replace("size = \"64M\"", "size = \"64M\"\nbackend = \"null\""),
+        )));
+        assert!(e.message.contains("null backend keeps no data"), "{e}");
+        let e = err(&GOOD.replace("size = \"64M\"", "size = \"64M\"\nmount = \"/mnt/x\""));
+        assert!(e.message.contains("needs filesystem"), "{e}");
+        // Never a disk the testbed did not create.
+        let e = err(&with_mkfs(GOOD.replace(
+            "kind = \"nvme\"\nsize = \"64M\"",
+            "kind = \"passthrough\"\npci = \"0000:01:00.0\"\nfilesystem = \"ext4\"",
+        )));
+        assert!(e.message.contains("never formatted"), "{e}");
+    }
+
+    #[test]
+    fn an_image_name_must_be_a_recipe() {
+        let with = |name: &str| {
+            GOOD.replace(
+                "[workload]",
+                &format!("[image]\nname = \"{name}\"\n\n[workload]"),
+            )
+        };
+        let s = parse(Path::new("x.toml"), &with("test-tiny")).unwrap();
+        assert_eq!(s.spec.image.name.as_deref(), Some("test-tiny"));
+        let e = err(&with("no-such-image"));
+        assert_eq!(e.field.as_deref(), Some("image.name"), "{e}");
+        assert_eq!(e.line, Some(15), "{e}");
+        assert!(e.message.contains("no-such-image.toml"), "{e}");
+        let e = err(&with("test-tiny")
+            .replace("name = \"data\"", "name = \"testbed-root\"")
+            .replace("device = \"data\"", "device = \"testbed-root\""));
+        assert!(e.message.contains("root image's disk"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The external programs (bwa, ART, Picard, Sambamba, samtools): how to
+//! The external programs (bwa, Picard, Sambamba, samtools): how to
 //! start them and what an error says when they fail.
 
 use std::ffi::OsStr;
@@ -21,10 +21,6 @@ pub const BWA: Program = Program {
     name: "bwa",
     package: "bwa",
 };
-pub const ART: Program = Program {
-    name: "art_illumina",
-    package: "art-nextgen-simulation-tools",
-};
 pub const PICARD: Program = Program {
     name: "PicardCommandLine",
     package: "picard-tools",
@@ -37,6 +33,20 @@ pub const SAMTOOLS: Program = Program {
     name: "samtools",
     package: "samtools",
 };
+
+/// The argv that starts Picard. Under QEMU's multi-threaded TCG
+/// (`$TESTBED_ACCEL` = "tcg", set by the agent) the JVM's JIT-compiled code
+/// crashes now and then (SIGSEGV/SIGILL at the entry of a C1-compiled
+/// method: code one vCPU patches while another runs it); pinned to one
+/// vCPU it runs. Only there: on real CPUs Picard keeps all of them.
+pub fn picard_argv() -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if std::env::var("TESTBED_ACCEL").is_ok_and(|a| a == "tcg") {
+        argv.extend(["taskset".into(), "-c".into(), "0".into()]);
+    }
+    argv.push(PICARD.name.into());
+    argv
+}
 
 impl Program {
     /// Runs to completion and returns stdout; a non-zero exit is an error
@@ -53,7 +63,14 @@ impl Program {
     /// Runs the tool in its own process group (killed with us, and with
     /// everything it started once it exits: see testbed_proc::Group).
     fn run_in<S: AsRef<OsStr>>(&self, args: &[S], out: Option<&Path>) -> Result<Vec<u8>> {
-        let mut cmd = Command::new(self.name);
+        let mut cmd = if self.name == PICARD.name {
+            let argv = picard_argv();
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        } else {
+            Command::new(self.name)
+        };
         cmd.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
         match out {
             Some(path) => {

@@ -3,4 +3,5 @@
 
 pub mod devices;
 pub mod init;
+pub mod rootfs;
 pub mod serve;

@@ -352,6 +352,8 @@ mod tests {
             host_cache: HostCache::None,
             pci: Some(pci.into()),
             bind,
+            filesystem: None,
+            mount: None,
         }
     }
 
@@ -425,6 +427,8 @@ mod tests {
             host_cache: HostCache::None,
             pci: None,
             bind: false,
+            filesystem: None,
+            mount: None,
         }
     }
 
@@ -519,6 +523,8 @@ mod tests {
             host_cache: HostCache::None,
             pci: None,
             bind: false,
+            filesystem: None,
+            mount: None,
         };
         let p = prepare(std::slice::from_ref(&spec), t.path(), &Host::real()).unwrap();
         assert_eq!(p[0].files.len(), 2);

@@ -2,8 +2,12 @@
 //! static agent as /init, busybox, kernel modules in load order and any host
 //! programs a spec includes (with their shared libraries).
 
+pub mod cli;
 pub mod cpio;
+pub mod kernel_needs;
 pub mod libs;
+pub mod recipe;
+pub mod rootfs;
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +28,11 @@ pub enum ImageError {
     Libraries { program: String, reason: String },
     #[error(transparent)]
     Lock(#[from] crate::lock::LockError),
+}
+
+/// Where the image recipes are: `images/` in the source tree.
+pub fn recipes_dir() -> PathBuf {
+    crate::paths::repo_root().join("images")
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ImageError> {

@@ -39,6 +39,9 @@ pub enum QemuDevice {
     },
     /// A host PCI device handed to the guest whole.
     Vfio { host: String },
+    /// A guest root filesystem image: a read-only virtio disk the agent
+    /// finds by its serial.
+    RootImage { path: PathBuf, serial: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -84,8 +87,11 @@ pub fn build_argv(c: &VmConfig) -> Vec<String> {
     match c.accel {
         // -cpu host exposes the real CPU; KVM would refuse a model it lacks.
         Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
-        // multi-threaded TCG: one host thread per vCPU.
-        Accel::Tcg => push(&["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        // multi-threaded TCG: one host thread per vCPU. Nehalem, not max:
+        // QEMU 7.2's TCG advertises with max features it mis-executes (the
+        // JVM's JIT code died with SIGILL in Picard in the guest, with or
+        // without AVX); Nehalem (SSE4.2, POPCNT) runs everything we ship.
+        Accel::Tcg => push(&["-accel", "tcg,thread=multi", "-cpu", "Nehalem"]),
     }
     let smp = c.vcpus.to_string();
     let mem = format!("{}M", c.memory_mib);
@@ -152,6 +158,17 @@ pub fn build_argv(c: &VmConfig) -> Vec<String> {
                 let dev = format!("vfio-pci,host={host}");
                 push(&["-device", &dev]);
             }
+            QemuDevice::RootImage { path, serial } => {
+                // Shared by every run of the image: the guest cannot write
+                // it, and the host's page cache serves all of them.
+                let id = format!("root{i}");
+                let drive = format!(
+                    "file={},if=none,id={id},format=raw,readonly=on,cache=writeback,{ERROR_POLICY}",
+                    esc(path)
+                );
+                let dev = format!("virtio-blk-pci,drive={id},serial={serial}");
+                push(&["-drive", &drive, "-device", &dev]);
+            }
         }
     }
     for (i, nic) in c.nics.iter().enumerate() {
@@ -200,6 +217,7 @@ pub fn kernel_append(accel: Accel, nonce: &str, probe: bool, extra: &[String]) -
     .collect();
     if accel == Accel::Tcg {
         words.push("tsc=reliable".into());
+        words.push(format!("{}=tcg", testbed_agent::protocol::CMDLINE_ACCEL));
     }
     words.push(format!(
         "{}={nonce}",
@@ -292,9 +310,9 @@ mod tests {
         assert_eq!(
             build_argv(&c).join(" "),
             "qemu-system-x86_64 -nodefaults -no-reboot -nographic -no-user-config \
-             -accel tcg,thread=multi -cpu max -smp 2 -m 1024M \
+             -accel tcg,thread=multi -cpu Nehalem -smp 2 -m 1024M \
              -kernel /c/k/bzImage -initrd /c/i/x.cpio \
-             -append console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init tsc=reliable testbed.nonce=n0nce \
+             -append console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init tsc=reliable testbed.accel=tcg testbed.nonce=n0nce \
              -serial file:/r/console.log -monitor none \
              -device virtio-serial-pci,id=vser0 \
              -chardev socket,id=agent,path=/r/agent.sock,server=on,wait=off \
@@ -302,6 +320,21 @@ mod tests {
              -device nvme,id=nvme0,serial=data,max_ioqpairs=2 \
              -drive file=/r/data.img,if=none,id=nvme0n1,format=raw,cache=none,werror=report,rerror=report \
              -device nvme-ns,drive=nvme0n1,bus=nvme0,nsid=1,logical_block_size=512,physical_block_size=512"
+        );
+    }
+
+    #[test]
+    fn golden_root_image_is_a_read_only_virtio_disk() {
+        let mut c = base();
+        c.devices.push(QemuDevice::RootImage {
+            path: "/c/images/k,1.ext4".into(),
+            serial: "testbed-root".into(),
+        });
+        let argv = build_argv(&c);
+        assert_eq!(
+            argv[argv.len() - 4..].join(" "),
+            "-drive file=/c/images/k,,1.ext4,if=none,id=root0,format=raw,readonly=on,cache=writeback,werror=report,rerror=report \
+             -device virtio-blk-pci,drive=root0,serial=testbed-root"
         );
     }
 

@@ -109,8 +109,16 @@ pub fn run(
 /// The host tools a spec's run needs, by executor and workload.
 pub fn needs(spec: &crate::spec::Spec, plan: &Plan) -> Vec<&'static str> {
     let mut needs = Vec::new();
-    if spec.experiment.executor == ExecutorKind::Qemu {
+    let qemu = spec.experiment.executor == ExecutorKind::Qemu;
+    if qemu {
         needs.push("vm");
+    }
+    // A guest image brings the workload's programs itself (they run from
+    // the image, not copied from the host): the host needs only what
+    // builds the image.
+    if qemu && spec.image.name.is_some() {
+        needs.push("image");
+        return needs;
     }
     for p in &plan.points {
         for n in p.workload.needs().host_steps {

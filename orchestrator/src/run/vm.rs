@@ -52,6 +52,95 @@ pub(super) type VmPrep = (VmConfig, AccelDecision, Inputs);
 pub(crate) struct SharedImage {
     pub image: image::BuiltImage,
     pub inputs: Inputs,
+    /// The root filesystem image, when the spec names one.
+    pub rootfs: Option<image::rootfs::BuiltRootfs>,
+}
+
+/// The spec's root image (`[image] name`) and its recipe, built if
+/// missing; an error points at `image.name`.
+fn root_image(
+    loaded: &LoadedSpec,
+    name: &str,
+    cache: &Path,
+    progress: &mut dyn Progress,
+) -> Result<(image::recipe::Recipe, image::rootfs::BuiltRootfs), RunError> {
+    let at = |e: String| RunError::Spec(loaded.error_at("image", Some("name"), e));
+    let recipe = image::recipe::load(&image::recipes_dir(), name).map_err(|e| at(e.to_string()))?;
+    progress.event(Event::Stage(format!("root image {name}")));
+    let built = crate::phases::time("images", || {
+        image::rootfs::ensure(&recipe, cache, &mut |s| {
+            progress.event(Event::Stage(format!("image: {s}")))
+        })
+    })
+    .map_err(|e| at(e.to_string()))?;
+    Ok((recipe, built))
+}
+
+/// What the agent reads from the initramfs to switch to the root image
+/// and to format devices (see guest-agent/src/agent/rootfs.rs), as files
+/// in `dir`: (guest path, host path).
+fn guest_setup_files(
+    loaded: &LoadedSpec,
+    rootfs: Option<&(image::recipe::Recipe, image::rootfs::BuiltRootfs)>,
+    dir: &Path,
+) -> Result<Vec<(String, PathBuf)>, RunError> {
+    let mut files = Vec::new();
+    let mut write = |guest: &str, text: String| -> Result<(), RunError> {
+        let host = dir.join(guest.replace('/', "_"));
+        std::fs::write(&host, text).map_err(setup(&format!("write {}", host.display())))?;
+        files.push((guest.to_string(), host));
+        Ok(())
+    };
+    if let Some((recipe, r)) = rootfs {
+        let mut text = format!(
+            "name={}\nkey={}\nserial={}\n",
+            recipe.name,
+            r.info.key,
+            image::rootfs::SERIAL
+        );
+        for c in &recipe.check {
+            text.push_str(&format!("check={c}\n"));
+        }
+        write("etc/testbed/rootfs", text)?;
+    }
+    let formatted: String = loaded
+        .spec
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let fs = d.filesystem?.as_str();
+            Some(format!("{}\t{fs}\t{}\n", d.name, d.mount_point()?))
+        })
+        .collect();
+    if !formatted.is_empty() {
+        write("etc/testbed/filesystems", formatted)?;
+    }
+    Ok(files)
+}
+
+/// Modules for the root image and formatted devices (virtio_blk, ext4,
+/// overlay when the kernel has them as modules); a kernel that lacks one
+/// is refused here, before any boot.
+fn storage_modules(
+    loaded: &LoadedSpec,
+    kernel: &kernel::KernelArtifact,
+) -> Result<Vec<String>, RunError> {
+    let spec = &loaded.spec;
+    let formatted = spec.devices.iter().position(|d| d.filesystem.is_some());
+    let needs = image::kernel_needs::needs(spec.image.name.is_some(), formatted.is_some());
+    image::kernel_needs::modules_for(kernel, &needs).map_err(|e| {
+        RunError::Spec(match (&spec.image.name, formatted) {
+            (None, Some(i)) => loaded.error_at_path(
+                &[
+                    crate::spec::PathSeg::Key("devices"),
+                    crate::spec::PathSeg::Index(i),
+                    crate::spec::PathSeg::Key("filesystem"),
+                ],
+                e,
+            ),
+            _ => loaded.error_at("image", Some("name"), e),
+        })
+    })
 }
 
 pub(crate) fn build_shared_image(
@@ -76,8 +165,17 @@ pub(crate) fn build_shared_image(
         }),
         files: BTreeMap::new(),
     };
+    let rootfs = match &spec.image.name {
+        Some(name) => Some(root_image(loaded, name, cache, progress)?),
+        None => None,
+    };
     let mut wanted = kernel.default_modules();
     wanted.extend(spec.image.modules.iter().cloned());
+    for m in storage_modules(loaded, kernel)? {
+        if !wanted.contains(&m) {
+            wanted.push(m);
+        }
+    }
     let modules = kernel
         .module_load_order(&wanted)
         .map_err(setup("kernel modules"))?
@@ -101,6 +199,20 @@ pub(crate) fn build_shared_image(
         );
         files.extend(bpf);
     }
+    // Read by build_initramfs below; gone when this function returns.
+    let setup_dir = {
+        use std::os::unix::fs::PermissionsExt;
+        tempfile::Builder::new()
+            .prefix("testbed-guest-setup-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .map_err(setup("temp dir"))?
+    };
+    files.extend(guest_setup_files(
+        loaded,
+        rootfs.as_ref(),
+        setup_dir.path(),
+    )?);
     let img_inputs = image::InitramfsInputs {
         agent: agent.to_path_buf(),
         busybox: paths::busybox(),
@@ -116,7 +228,35 @@ pub(crate) fn build_shared_image(
         "initramfs".into(),
         serde_json::to_value(&img).unwrap_or_default(),
     );
-    Ok(SharedImage { image: img, inputs })
+    if let Some((recipe, r)) = &rootfs {
+        inputs
+            .files
+            .insert("rootfs".into(), rootfs_input(recipe, r));
+    }
+    Ok(SharedImage {
+        image: img,
+        inputs,
+        rootfs: rootfs.map(|(_, r)| r),
+    })
+}
+
+/// The manifest's record of the root image: name, key, recipe hash and
+/// the package versions (named candidates, and all installed). The name
+/// is the spec's: recipes of equal content share one image.
+fn rootfs_input(
+    recipe: &image::recipe::Recipe,
+    r: &image::rootfs::BuiltRootfs,
+) -> serde_json::Value {
+    serde_json::json!({
+        "name": recipe.name,
+        "key": r.info.key,
+        "recipe_sha256": r.info.recipe_sha256,
+        "path": r.path,
+        "bytes": r.info.bytes,
+        "suite": r.info.suite,
+        "candidates": r.info.candidates,
+        "installed": r.info.installed,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -133,8 +273,18 @@ pub(super) fn prepare_vm(
     progress: &mut dyn Progress,
 ) -> Result<VmPrep, RunError> {
     let spec = &loaded.spec;
-    let SharedImage { image: img, inputs } =
-        build_shared_image(loaded, kernel, agent, helpers, needs_bpf, cache, progress)?;
+    let SharedImage {
+        image: img,
+        inputs,
+        rootfs,
+    } = build_shared_image(loaded, kernel, agent, helpers, needs_bpf, cache, progress)?;
+    let mut qemu_devices: Vec<_> = prepared.iter().map(|d| d.qemu.clone()).collect();
+    if let Some(r) = rootfs {
+        qemu_devices.push(crate::qemu::argv::QemuDevice::RootImage {
+            path: r.path,
+            serial: image::rootfs::SERIAL.into(),
+        });
+    }
 
     let mut config = VmConfig {
         qemu: qemu.to_path_buf(),
@@ -146,7 +296,7 @@ pub(super) fn prepare_vm(
         append: String::new(),
         console_log: PathBuf::new(),
         agent_socket: PathBuf::new(),
-        devices: prepared.iter().map(|d| d.qemu.clone()).collect(),
+        devices: qemu_devices,
         nics: Vec::new(),
     };
     let requested = opts.accel.unwrap_or(spec.vm.accel);

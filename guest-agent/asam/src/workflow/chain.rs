@@ -92,6 +92,7 @@ pub fn run(
     let start = origin.elapsed().as_secs_f64();
     let mut running: Vec<(Group, JoinHandle<String>)> = Vec::new();
     let mut previous = None;
+    let mut last_output: Option<JoinHandle<String>> = None;
     for (i, step) in steps.iter().enumerate() {
         let (program, args) = step
             .argv
@@ -109,7 +110,8 @@ pub fn run(
             let f = std::fs::File::create_new(path).map_err(|e| AsamError::io(path, e))?;
             cmd.stdout(f);
         } else {
-            cmd.stdout(Stdio::null());
+            // Kept for the error: some tools (the JVM) report a crash there.
+            cmd.stdout(Stdio::piped());
         }
         let mut group = Group::spawn(&mut cmd).map_err(|e| match e {
             RunError::Spawn { source, .. } => AsamError::Spawn {
@@ -119,12 +121,21 @@ pub fn run(
             },
             e => AsamError::Invalid(e.to_string()),
         })?;
-        previous = group.take_stdout();
+        let stdout = group.take_stdout();
+        let last_stdout = if i + 1 < steps.len() {
+            previous = stdout;
+            None
+        } else {
+            stdout.map(tail_of)
+        };
         let stderr = group
             .take_stderr()
             .map(tail_of)
             .unwrap_or_else(|| std::thread::spawn(String::new));
         running.push((group, stderr));
+        if let Some(t) = last_stdout {
+            last_output = Some(t);
+        }
     }
     let deadline = Instant::now() + timeout;
     let mut ends: Vec<Option<f64>> = vec![None; steps.len()];
@@ -149,8 +160,14 @@ pub fn run(
             // would otherwise keep its stderr thread waiting.
             let (_, stderr) = running.swap_remove(i);
             drop(running);
-            let stderr = stderr.join().unwrap_or_default();
-            let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+            let mut text = stderr.join().unwrap_or_default();
+            if i + 1 == steps.len()
+                && let Some(out) = last_output.and_then(|t| t.join().ok())
+                && !out.trim().is_empty()
+            {
+                text.push_str(&out);
+            }
+            let tail: Vec<&str> = text.lines().rev().take(25).collect();
             return Err(AsamError::Tool {
                 tool: steps[i].shown(),
                 status: status.to_string(),
@@ -173,6 +190,9 @@ pub fn run(
     }
     for (_, stderr) in running {
         let _ = stderr.join();
+    }
+    if let Some(t) = last_output {
+        let _ = t.join();
     }
     Ok(Timing {
         start,

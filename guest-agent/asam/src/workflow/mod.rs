@@ -334,15 +334,10 @@ impl Runner<'_> {
             s.push(p);
             s
         };
-        let picard = |args: Vec<OsString>| {
-            let mut argv: Vec<OsString> = vec!["PicardCommandLine".into()];
-            argv.extend(args);
-            argv.extend(["VERBOSITY=WARNING".into(), "QUIET=true".into()]);
-            argv.push(kv("TMP_DIR", dir));
-            Step {
-                argv,
-                package: "picard-tools",
-            }
+        let picard = |mut args: Vec<OsString>| {
+            args.extend(["VERBOSITY=WARNING".into(), "QUIET=true".into()]);
+            args.push(kv("TMP_DIR", dir));
+            plan::picard(args)
         };
         let runs: Vec<Step> = vec![
             me(&["write-sam"], &sam),

@@ -130,8 +130,8 @@ pub fn samtools(args: Vec<OsString>) -> Step {
     }
 }
 
-fn picard(args: Vec<OsString>) -> Step {
-    let mut argv: Vec<OsString> = vec!["PicardCommandLine".into()];
+pub fn picard(args: Vec<OsString>) -> Step {
+    let mut argv = crate::tools::picard_argv();
     argv.extend(args);
     Step {
         argv,

@@ -92,7 +92,13 @@ pub fn run(cmd: StageCommand) -> Result<()> {
 }
 
 fn load(s: &SharedDir) -> Result<()> {
-    let t = crate::load::load_sam(Path::new("/dev/stdin"))?;
+    // Read through the descriptor: a minimal guest has no /dev/stdin link.
+    let stdin = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+    let t = crate::load::read_sam(
+        stdin,
+        Path::new("<stdin: the aligner's SAM>"),
+        &crate::schema::BatchLimits::default(),
+    )?;
     s.put(ALIGNED, &schema(), &t.batches)?;
     s.put_text(HEADER, &t.header_text)?;
     s.put_text(REFERENCES, &t.reference_names.join("\n"))

@@ -1,0 +1,122 @@
+//! What a kernel must have to use a root image or a formatted device:
+//! virtio-blk for the image's disk, ext4, and overlayfs for the writable
+//! layer over the image. Read from the kernel's `.config` (kept in the
+//! kernel cache as `config`): built in needs nothing, a module is loaded
+//! from the initramfs, and an option that is off refuses the run before
+//! any boot.
+
+use std::collections::BTreeMap;
+
+use crate::kernel::KernelArtifact;
+
+/// A kernel option and the module that provides it when it is `=m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    pub option: &'static str,
+    pub module: &'static str,
+    pub why: &'static str,
+}
+
+const VIRTIO_BLK: Need = Need {
+    option: "CONFIG_VIRTIO_BLK",
+    module: "virtio_blk",
+    why: "the root image's disk",
+};
+const EXT4: Need = Need {
+    option: "CONFIG_EXT4_FS",
+    module: "ext4",
+    why: "ext4 file systems",
+};
+const OVERLAY: Need = Need {
+    option: "CONFIG_OVERLAY_FS",
+    module: "overlay",
+    why: "the writable layer over the root image",
+};
+
+/// The needs of a run: a root image needs all three, a formatted device
+/// needs ext4.
+pub fn needs(root_image: bool, formatted_devices: bool) -> Vec<Need> {
+    match (root_image, formatted_devices) {
+        (true, _) => vec![VIRTIO_BLK, EXT4, OVERLAY],
+        (false, true) => vec![EXT4],
+        (false, false) => Vec::new(),
+    }
+}
+
+/// `CONFIG_X=value` lines of a .config.
+fn parse_config(text: &str) -> BTreeMap<&str, &str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .collect()
+}
+
+/// The modules to load for `needs` on a kernel with this `.config`; an
+/// option that is off is an error naming it and the kernel.
+pub fn modules_for_config(
+    kernel_name: &str,
+    config: &str,
+    needs: &[Need],
+) -> Result<Vec<String>, String> {
+    let cfg = parse_config(config);
+    let mut modules = Vec::new();
+    for n in needs {
+        match cfg.get(n.option).copied() {
+            Some("y") => {}
+            Some("m") => modules.push(n.module.to_string()),
+            _ => {
+                return Err(format!(
+                    "kernel {kernel_name} lacks {}, needed for {}: build a kernel with {}=y (or =m)",
+                    n.option, n.why, n.option
+                ));
+            }
+        }
+    }
+    Ok(modules)
+}
+
+/// As [`modules_for_config`], reading the kernel's cached `.config`; a
+/// kernel without one (never the case for the testbed's kernels) gets the
+/// modules, and module resolution says what is missing.
+pub fn modules_for(kernel: &KernelArtifact, needs: &[Need]) -> Result<Vec<String>, String> {
+    let config = kernel
+        .dir()
+        .map(|d| d.join("config"))
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    match config {
+        Some(text) => modules_for_config(&kernel.name, &text, needs),
+        None => Ok(needs.iter().map(|n| n.module.to_string()).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_needs_nothing_and_a_module_is_loaded() {
+        let cfg = "CONFIG_VIRTIO_BLK=m\nCONFIG_EXT4_FS=y\nCONFIG_OVERLAY_FS=m\n";
+        let m = modules_for_config("debian-cloud", cfg, &needs(true, false)).unwrap();
+        assert_eq!(m, ["virtio_blk", "overlay"]);
+        assert!(needs(false, false).is_empty());
+        assert_eq!(needs(false, true), [EXT4]);
+    }
+
+    /// The vm-* kernels (fragments/vm-base.config) have ext4 and virtio-blk
+    /// built in but no overlayfs: a root image is refused before boot.
+    #[test]
+    fn a_kernel_without_overlayfs_is_refused_naming_the_option() {
+        let fragment = std::fs::read_to_string(
+            crate::paths::kernel_configs().join("fragments/vm-base.config"),
+        )
+        .unwrap();
+        let cfg = format!("{fragment}\n# CONFIG_OVERLAY_FS is not set\n");
+        let e = modules_for_config("vm-base", &cfg, &needs(true, false)).unwrap_err();
+        assert!(e.contains("kernel vm-base lacks CONFIG_OVERLAY_FS"), "{e}");
+        // A formatted device alone needs only ext4, which it has.
+        assert_eq!(
+            modules_for_config("vm-base", &cfg, &needs(false, true)).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+}
