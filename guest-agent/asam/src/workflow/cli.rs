@@ -71,7 +71,7 @@ pub fn run_args(a: &WorkflowArgs) -> Result<Vec<WorkflowLine>> {
         callers: a
             .callers
             .iter()
-            .map(|c| Caller::parse(c))
+            .map(|c| c.parse::<Caller>())
             .collect::<Result<_>>()?,
         bqsr: a.bqsr,
         cpu_interval,

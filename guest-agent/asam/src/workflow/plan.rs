@@ -83,33 +83,8 @@ impl Baseline {
     }
 }
 
-/// A variant caller run on the final BAM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
-    Bcftools,
-    Freebayes,
-}
-
-impl Caller {
-    pub fn parse(s: &str) -> Result<Caller> {
-        Ok(match s {
-            "bcftools" => Caller::Bcftools,
-            "freebayes" => Caller::Freebayes,
-            _ => {
-                return Err(AsamError::Invalid(format!(
-                    "caller {s:?}: known are bcftools, freebayes"
-                )));
-            }
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Caller::Bcftools => "bcftools",
-            Caller::Freebayes => "freebayes",
-        }
-    }
-}
+/// The variant callers run on the final BAM.
+pub use crate::call::Caller;
 
 fn p(path: &Path) -> OsString {
     path.as_os_str().to_owned()
@@ -436,6 +411,6 @@ mod tests {
         let e = Placement::parse("nvram").unwrap_err().to_string();
         assert!(e.contains("disk, ramdisk, pipes, arrowsam"), "{e}");
         assert!(Baseline::parse("gatk").is_err());
-        assert!(Caller::parse("deepvariant").is_err());
+        assert!("deepvariant".parse::<Caller>().is_err());
     }
 }
