@@ -255,7 +255,9 @@ fn bounds_text(b: Bounds) -> String {
 }
 
 fn missing(data: &PanelData, key: &str) -> String {
-    if data.absent.iter().any(|a| a == key) {
+    if let Some(why) = &data.unavailable {
+        format!("series {key} has no data: the run could not measure it ({why})")
+    } else if data.absent.iter().any(|a| a == key) {
         format!("series {key} has no data in this run (not implemented or not run)")
     } else if !data.absent.is_empty() {
         format!(

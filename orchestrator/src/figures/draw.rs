@@ -506,7 +506,9 @@ where
         }
     }
     if data.series.is_empty() {
-        let msg = if data.absent.is_empty() {
+        let msg = if data.unavailable.is_some() {
+            "not measurable in this run (see the caption)".to_string()
+        } else if data.absent.is_empty() {
             "no data from this run".to_string()
         } else {
             format!("no data from this run (absent: {})", data.absent.join(", "))

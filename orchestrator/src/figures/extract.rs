@@ -109,6 +109,9 @@ pub struct PanelData {
     /// Labels of a categorical x axis, in order.
     pub categories: Option<Vec<String>>,
     pub notes: Vec<String>,
+    /// Why the run could not measure the panel's metric, as its points
+    /// said (summary `<metric>_unavailable`, e.g. no PMU under TCG).
+    pub unavailable: Option<String>,
 }
 
 impl PanelData {
@@ -354,6 +357,10 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
             })
         })
         .collect();
+    let unavailable = series
+        .is_empty()
+        .then(|| unavailable_reason(run, &panel.y.metric))
+        .flatten();
     Ok(PanelData {
         series,
         absent,
@@ -361,7 +368,23 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
         gaps,
         categories: axis.categorical.then_some(axis.order),
         notes,
+        unavailable,
     })
+}
+
+/// The distinct reasons the run's points gave for not measuring `metric`
+/// (their summary text `<metric>_unavailable`), joined; None if none did.
+pub fn unavailable_reason(run: &RunData, metric: &str) -> Option<String> {
+    let key = format!("{metric}_unavailable");
+    let mut why: Vec<&str> = run
+        .manifest
+        .points
+        .iter()
+        .filter_map(|p| p.summary.get(&key)?.as_str())
+        .collect();
+    why.sort_unstable();
+    why.dedup();
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 /// numerator / denominator per repetition: the same (point, rep) when the

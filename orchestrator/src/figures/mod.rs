@@ -70,7 +70,9 @@ fn notes_for(panels: &[(String, PanelData)]) -> (Vec<String>, Vec<String>) {
         } else {
             String::new()
         };
-        if !d.absent.is_empty() {
+        if let Some(why) = &d.unavailable {
+            key.push(format!("{prefix}not measurable in this run: {why}"));
+        } else if !d.absent.is_empty() {
             key.push(format!(
                 "{prefix}not in this run: {} (absent from the plot, not zero)",
                 d.absent.join(", ")
@@ -200,6 +202,7 @@ pub fn figure_json(fig: &Figure) -> serde_json::Value {
                 "panel": name,
                 "series": d.series,
                 "absent": d.absent,
+                "unavailable": d.unavailable,
                 "failed": d.failed.iter().map(|f| serde_json::json!({
                     "id": f.id, "params": f.params, "error": f.error })).collect::<Vec<_>>(),
                 "notes": d.notes,

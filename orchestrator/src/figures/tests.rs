@@ -676,3 +676,34 @@ fn declared_categories_the_run_lacks_are_named_not_drawn_empty() {
         p.notes
     );
 }
+
+#[test]
+fn a_metric_the_points_could_not_measure_is_not_measurable_with_their_reason() {
+    let t = tempfile::tempdir().unwrap();
+    let mut s = Synth::new(&t.path().join("run"));
+    let mut sum = summary(&[("workflow_seconds", 10.0)]);
+    sum.insert(
+        "cache_misses_unavailable".into(),
+        serde_json::json!("no hardware PMU (TCG)"),
+    );
+    s.ok(0, 0, &[], &[], sum);
+    let run = s.finish("counters", &["t-misses"]);
+    let d = t.path().join("defs");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("t-misses.toml"),
+        "id = \"t-misses\"\ntitle = \"t\"\nfamily = \"test\"\n[[panels]]\nname = \"p\"\n\
+         x = { column = \"tag_stage\", label = \"stage\" }\n\
+         y = { metric = \"cache_misses\", kind = \"raw\", stat = \"sum\", label = \"misses\" }\n\
+         series = { columns = [\"tag_placement\"], expected = [\"disk\", \"arrowsam\"] }\n\
+         [[claims]]\nid = \"fewer\"\ntext = \"fewer misses\"\nkind = \"ratio_at\"\n\
+         numerator = \"arrowsam\"\ndenominator = \"disk\"\nx = \"sort\"\nmax = 1.0\n",
+    )
+    .unwrap();
+    let rf = compute(&run, &def::load_all(&d).unwrap()).unwrap();
+    let (_, p) = &rf.figures[0].panels[0];
+    assert_eq!(p.unavailable.as_deref(), Some("no hardware PMU (TCG)"));
+    let c = &rf.figures[0].claims[0];
+    assert_eq!(c.verdict, Verdict::NotMeasurable);
+    assert!(c.numbers.contains("no hardware PMU (TCG)"), "{}", c.numbers);
+}
