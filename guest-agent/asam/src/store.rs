@@ -53,14 +53,9 @@ impl Store {
     /// `parent/testbed-asam-XXXXXX`, mode 0700 (the parent is created if
     /// missing).
     pub fn create_in(parent: &Path) -> Result<Store> {
-        std::fs::create_dir_all(parent).map_err(|e| AsamError::io(parent, e))?;
-        // tempfile leaves the mode to the umask (often 0755).
-        let dir = tempfile::Builder::new()
-            .prefix("testbed-asam-")
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir_in(parent)
-            .map_err(|e| AsamError::io(parent, e))?;
-        Ok(Store { dir })
+        Ok(Store {
+            dir: private_dir(parent, "testbed-asam-")?,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -70,28 +65,14 @@ impl Store {
     /// A new file `name` in the store, ours only, never through a symlink.
     fn create(&self, name: &str) -> Result<Stored> {
         let path = self.dir.path().join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| AsamError::io(&path, e))?;
+        let file = create_new(&path)?;
         Ok(Stored { file, path })
     }
 
     /// Writes `batches` (all of `schema`) as one Arrow IPC file `name`.
     pub fn put(&self, name: &str, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Stored> {
         let stored = self.create(name)?;
-        let ctx = |what: &str| format!("{what} {}", stored.path.display());
-        let mut w = FileWriter::try_new(std::io::BufWriter::new(&stored.file), schema)
-            .map_err(|e| AsamError::arrow(ctx("open"), e))?;
-        for b in batches {
-            w.write(b).map_err(|e| AsamError::arrow(ctx("write"), e))?;
-        }
-        w.finish().map_err(|e| AsamError::arrow(ctx("finish"), e))?;
-        drop(w);
+        write_ipc(&stored.file, &stored.path, schema, batches)?;
         Ok(stored)
     }
 
@@ -126,6 +107,46 @@ impl Store {
             .map_err(|e| AsamError::io(&stored.path, e))?;
         Ok(stored)
     }
+}
+
+/// A fresh private directory `parent/<prefix>XXXXXX` (mode 0700; the
+/// parent is created if missing), removed on drop.
+pub fn private_dir(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+    std::fs::create_dir_all(parent).map_err(|e| AsamError::io(parent, e))?;
+    // tempfile leaves the mode to the umask (often 0755).
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)
+        .map_err(|e| AsamError::io(parent, e))
+}
+
+/// A new file at `path`, ours only (mode 0600), never through a symlink.
+pub fn create_new(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| AsamError::io(path, e))
+}
+
+/// Writes `batches` (all of `schema`) into `file` as one Arrow IPC file.
+pub fn write_ipc(
+    file: &File,
+    path: &Path,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<()> {
+    let ctx = |what: &str| format!("{what} {}", path.display());
+    let mut w = FileWriter::try_new(std::io::BufWriter::new(file), schema)
+        .map_err(|e| AsamError::arrow(ctx("open"), e))?;
+    for b in batches {
+        w.write(b).map_err(|e| AsamError::arrow(ctx("write"), e))?;
+    }
+    w.finish().map_err(|e| AsamError::arrow(ctx("finish"), e))
 }
 
 /// Maps the stored IPC file and returns its batches, whose buffers point

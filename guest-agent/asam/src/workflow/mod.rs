@@ -88,7 +88,7 @@ pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
         Placement::Disk => &o.disk_dir,
         _ => &o.ram_dir,
     };
-    let work = private_dir(parent, "testbed-asam-work-")?;
+    let work = crate::store::private_dir(parent, "testbed-asam-work-")?;
     std::fs::create_dir(work.path().join("tmp")).map_err(|e| AsamError::io(work.path(), e))?;
     let counters = if o.counters {
         counters::unavailable(Path::new("/sys"))
@@ -219,16 +219,6 @@ fn bam_counts(bam: &Path) -> Result<(u64, u64)> {
             .map_err(|e| AsamError::Invalid(format!("samtools view -c {}: {e}", bam.display())))
     };
     Ok((count(&[])?, count(&["-f", "1024"])?))
-}
-
-fn private_dir(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(parent).map_err(|e| AsamError::io(parent, e))?;
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(parent)
-        .map_err(|e| AsamError::io(parent, e))
 }
 
 struct Runner<'o> {

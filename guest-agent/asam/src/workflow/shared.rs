@@ -10,12 +10,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::writer::FileWriter;
 
 use crate::{AsamError, Result};
 
@@ -27,12 +26,7 @@ pub struct SharedDir {
 
 /// Makes a new private store directory under `parent` (removed on drop).
 pub fn create(parent: &Path) -> Result<tempfile::TempDir> {
-    std::fs::create_dir_all(parent).map_err(|e| AsamError::io(parent, e))?;
-    tempfile::Builder::new()
-        .prefix("testbed-asam-flow-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(parent)
-        .map_err(|e| AsamError::io(parent, e))
+    crate::store::private_dir(parent, "testbed-asam-flow-")
 }
 
 impl SharedDir {
@@ -68,15 +62,7 @@ impl SharedDir {
 
     fn create(&self, name: &str) -> Result<(File, PathBuf)> {
         let path = self.path(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| AsamError::io(&path, e))?;
-        Ok((file, path))
+        Ok((crate::store::create_new(&path)?, path))
     }
 
     fn open_file(&self, name: &str) -> Result<(File, PathBuf)> {
@@ -99,14 +85,7 @@ impl SharedDir {
     /// Writes `batches` as the Arrow IPC file `name` (which must be new).
     pub fn put(&self, name: &str, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
         let (file, path) = self.create(name)?;
-        let ctx = |what: &str| format!("{what} {}", path.display());
-        let mut w = FileWriter::try_new(std::io::BufWriter::new(&file), schema)
-            .map_err(|e| AsamError::arrow(ctx("open"), e))?;
-        for b in batches {
-            w.write(b).map_err(|e| AsamError::arrow(ctx("write"), e))?;
-        }
-        w.finish().map_err(|e| AsamError::arrow(ctx("finish"), e))?;
-        Ok(())
+        crate::store::write_ipc(&file, &path, schema, batches)
     }
 
     /// Maps `name` and returns its batches (zero-copy).
@@ -133,6 +112,7 @@ impl SharedDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn only_a_private_directory_of_ours_is_opened() {
