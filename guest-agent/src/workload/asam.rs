@@ -55,6 +55,11 @@ pub struct AsamPreprocParams {
     /// `~/.cache/testbed/asam`).
     #[serde(default)]
     pub data_dir: Option<String>,
+    /// Parent of every tool's output and scratch directory (absolute; the
+    /// default is the temp dir). In the VM the spec points it at the ext4
+    /// scratch device, so every tool writes to the same disk.
+    #[serde(default)]
+    pub out_dir: Option<String>,
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
 }
@@ -143,6 +148,13 @@ impl AsamPreprocParams {
         if self.timeout_seconds == 0 {
             return Err(ParamError::new("timeout_seconds", "must be at least 1"));
         }
+        for (field, d) in [("data_dir", &self.data_dir), ("out_dir", &self.out_dir)] {
+            if let Some(d) = d
+                && !d.starts_with('/')
+            {
+                return Err(ParamError::new(field, "must be an absolute path"));
+            }
+        }
         Ok(())
     }
 
@@ -209,7 +221,11 @@ pub fn run_with_binary(
         .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
 
     // Every tool's output and scratch: private (mode 0700), removed on return.
-    let out_dir = child::private_dir(&format!("testbed-asam-{}-", ctx.job_id))?;
+    let prefix = format!("testbed-asam-{}-", ctx.job_id);
+    let out_dir = match &p.out_dir {
+        Some(parent) => child::private_dir_in(Path::new(parent), &prefix)?,
+        None => child::private_dir(&prefix)?,
+    };
     let bench_args: Vec<String> = vec![
         "bench-preproc".into(),
         "--json".into(),
@@ -455,6 +471,10 @@ mod tests {
         assert_eq!(
             field(serde_json::json!({"dataset": "tiny", "threads": 0})),
             "threads"
+        );
+        assert_eq!(
+            field(serde_json::json!({"dataset": "tiny", "out_dir": "mnt/scratch"})),
+            "out_dir"
         );
         assert!(params(serde_json::json!({"dataset": "tiny", "bogus": 1})).is_err());
         assert!(params(serde_json::json!({})).is_err());

@@ -35,13 +35,26 @@ fn other(msg: String) -> WorkloadError {
 /// enter (mkdtemp, mode 0700: nobody can pre-create it or plant symlinks
 /// in it), removed when the value is dropped.
 pub fn private_dir(prefix: &str) -> Result<tempfile::TempDir, WorkloadError> {
+    private_dir_in(&std::env::temp_dir(), prefix)
+}
+
+/// [`private_dir`] under `parent` (which must exist).
+pub fn private_dir_in(parent: &Path, prefix: &str) -> Result<tempfile::TempDir, WorkloadError> {
     use std::os::unix::fs::PermissionsExt;
     // tempfile leaves the mode to the umask (often 0755).
     tempfile::Builder::new()
         .prefix(prefix)
         .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .map_err(|e| WorkloadError::io(format!("create a private {prefix}* directory"), e))
+        .tempdir_in(parent)
+        .map_err(|e| {
+            WorkloadError::io(
+                format!(
+                    "create a private {prefix}* directory in {}",
+                    parent.display()
+                ),
+                e,
+            )
+        })
 }
 
 /// Runs `bin args` (killed after `timeout`) and returns the JSON objects it

@@ -399,34 +399,50 @@ fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
     (verdict, format!("{text}{limit}"), values)
 }
 
-/// Every claim of a figure against its panels' data.
+/// Every claim of a figure against its panels' data. A claim whose
+/// `requires` do not all hold is not measurable, whatever its numbers say.
 pub fn evaluate(def: &FigureDef, panels: &[(String, PanelData)]) -> Vec<ClaimResult> {
-    def.claims
-        .iter()
-        .map(|c| {
-            let panel = def.panel(c.panel.as_deref());
-            let name = panel.map(|p| p.name.clone()).unwrap_or_default();
-            let data = panels.iter().find(|(n, _)| *n == name).map(|(_, d)| d);
-            let (verdict, numbers, values) = match (panel, data) {
-                (Some(p), Some(data)) => decide(&Ctx {
-                    claim: c,
-                    data,
-                    unit: &p.y.unit,
-                }),
-                _ => (Verdict::NotMeasurable, "no such panel".into(), Vec::new()),
-            };
-            ClaimResult {
-                figure: def.id.clone(),
-                id: c.id.clone(),
-                text: c.text.clone(),
-                kind: c.check.kind(),
-                panel: name,
-                verdict,
-                numbers,
-                values,
-            }
-        })
-        .collect()
+    let mut results: Vec<ClaimResult> = Vec::new();
+    for c in &def.claims {
+        let panel = def.panel(c.panel.as_deref());
+        let name = panel.map(|p| p.name.clone()).unwrap_or_default();
+        let data = panels.iter().find(|(n, _)| *n == name).map(|(_, d)| d);
+        let (mut verdict, mut numbers, values) = match (panel, data) {
+            (Some(p), Some(data)) => decide(&Ctx {
+                claim: c,
+                data,
+                unit: &p.y.unit,
+            }),
+            _ => (Verdict::NotMeasurable, "no such panel".into(), Vec::new()),
+        };
+        let unmet: Vec<String> = c
+            .requires
+            .iter()
+            .filter_map(|id| {
+                let r = results.iter().find(|r| &r.id == id);
+                match r {
+                    Some(r) if r.verdict == Verdict::Holds => None,
+                    Some(r) => Some(format!("{id} {}", r.verdict.text())),
+                    None => Some(format!("{id} was not checked")),
+                }
+            })
+            .collect();
+        if !unmet.is_empty() {
+            verdict = Verdict::NotMeasurable;
+            numbers = format!("rests on {}; measured anyway: {numbers}", unmet.join(", "));
+        }
+        results.push(ClaimResult {
+            figure: def.id.clone(),
+            id: c.id.clone(),
+            text: c.text.clone(),
+            kind: c.check.kind(),
+            panel: name,
+            verdict,
+            numbers,
+            values,
+        });
+    }
+    results
 }
 
 /// A plain-text table for the terminal; rows are (run label, claim), and

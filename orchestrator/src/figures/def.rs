@@ -299,6 +299,11 @@ pub struct ClaimDef {
     pub series: Vec<String>,
     pub x_min: Option<f64>,
     pub x_max: Option<f64>,
+    /// Ids of earlier claims of this figure that this one's reading rests
+    /// on (a start-up bound, say): unless each holds, this one is not
+    /// measurable here, its numbers still shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
     /// `kind` and exactly the fields of that kind.
     #[serde(flatten)]
     pub check: ClaimCheck,
@@ -548,6 +553,16 @@ impl FigureDef {
             if self.panel(c.panel.as_deref()).is_none() {
                 return Err(format!("claim {}: no panel {:?}", c.id, c.panel));
             }
+            if let Some(r) = c
+                .requires
+                .iter()
+                .find(|r| !ids.contains(r.as_str()) || *r == &c.id)
+            {
+                return Err(format!(
+                    "claim {}: requires {r:?}, which is not a claim listed before it",
+                    c.id
+                ));
+            }
         }
         Ok(())
     }
@@ -733,6 +748,14 @@ direction = "increasing"
         )
         .unwrap();
         load(&p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_claim_requires_only_claims_listed_before_it() {
+        let e = load_claim("kind = \"max_le\"\nvalue = 1\nrequires = [\"later\"]").unwrap_err();
+        assert!(e.contains("claim c: requires \"later\""), "{e}");
+        let e = load_claim("kind = \"max_le\"\nvalue = 1\nrequires = [\"c\"]").unwrap_err();
+        assert!(e.contains("requires \"c\""), "{e}");
     }
 
     #[test]

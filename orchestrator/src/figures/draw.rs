@@ -251,7 +251,13 @@ fn ranges(panel: &Panel, data: &PanelData) -> Ranges {
     let y = if ys.is_empty() {
         if panel.y.log { (1.0, 10.0) } else { (0.0, 1.0) }
     } else if panel.y.log {
-        (min(&ys) / 2.5, max(&ys) * 2.5)
+        let (lo, hi) = (min(&ys) / 2.5, max(&ys) * 2.5);
+        // The legend gets the outer third on its side, free of points.
+        let room = (hi / lo).powf(0.5);
+        match panel.legend {
+            LegendPos::LowerLeft | LegendPos::LowerRight => (lo / room, hi),
+            LegendPos::UpperLeft | LegendPos::UpperRight => (lo, hi * room),
+        }
     } else {
         let (a, b) = (min(&ys).min(0.0), max(&ys));
         let top = if b > a { b + (b - a) * 0.22 } else { a + 1.0 };

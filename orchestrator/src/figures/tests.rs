@@ -340,6 +340,20 @@ panel = "speedup"
 kind = "max_le"
 series = ["nvme-hook"]
 value = 1.3
+[[claims]]
+id = "min-ok-given-max-ok"
+text = "min ≥ 10, read only if max ≤ 200"
+panel = "tput"
+kind = "min_ge"
+value = 10
+requires = ["max-ok"]
+[[claims]]
+id = "min-ok-given-max-bad"
+text = "min ≥ 10, read only if max ≤ 50"
+panel = "tput"
+kind = "min_ge"
+value = 10
+requires = ["max-ok", "max-bad"]
 "#;
 
 fn defs_dir(t: &Path) -> PathBuf {
@@ -414,6 +428,8 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
         ("not-linear", Verdict::DoesNotHold),
         ("linear-few", Verdict::NotMeasurable),
         ("speedup-absent", Verdict::NotMeasurable),
+        ("min-ok-given-max-ok", Verdict::Holds),
+        ("min-ok-given-max-bad", Verdict::NotMeasurable),
     ];
     for (id, want) in expect {
         let (got, numbers) = verdict(id);
@@ -427,6 +443,13 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
     assert!(ratio.contains("= 1.02"), "{ratio}");
     let (_, absent) = verdict("ratio-absent");
     assert!(absent.contains("nvme-hook has no data"), "{absent}");
+    // A claim resting on one that failed says so, and keeps its numbers.
+    let (_, rests) = verdict("min-ok-given-max-bad");
+    assert!(
+        rests.starts_with("rests on max-bad does not hold; measured anyway:")
+            && rests.contains("claim: ≥ 10"),
+        "{rests}"
+    );
 }
 
 #[test]
@@ -575,7 +598,7 @@ fn plot_check_and_report_write_their_files() {
     }
     assert_eq!(plotted.unknown, ["no-such-figure"]);
     let (claims, _) = super::check_run(&run, &d).unwrap();
-    assert_eq!(claims.len(), 15);
+    assert_eq!(claims.len(), 17);
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("claims.json")).unwrap()).unwrap();
     assert_eq!(doc["claims"][0]["verdict"], "holds");
