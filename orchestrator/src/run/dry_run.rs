@@ -2,8 +2,8 @@
 //! the run would make (in order, binding and restoring) and the QEMU argv
 //! it would start, and none of it done: no run directory, no state file,
 //! no build. A kernel already cached is shown by its path, one not built
-//! by a placeholder; the initramfs is always a placeholder (building it is
-//! building the agent). KVM is not probed: the argv is KVM's unless TCG is
+//! by a placeholder, and so is a guest image; the initramfs is always a
+//! placeholder (building it is building the agent). KVM is not probed: the argv is KVM's unless TCG is
 //! asked for, and passthrough is refused under TCG as a run would.
 
 use std::fmt::Write as _;
@@ -14,9 +14,9 @@ use crate::devices::passthrough::{self, bind_writes, restore_writes};
 use crate::devices::sysfs::{Host, Kernel, ROOT_ENV, Recorder, SysWrite};
 use crate::devices::{self, state};
 use crate::qemu::accel::AccelDecision;
-use crate::qemu::argv::{Accel, VmConfig, build_argv, kernel_append};
+use crate::qemu::argv::{Accel, QemuDevice, VmConfig, build_argv, kernel_append};
 use crate::spec::{AccelChoice, DeviceKind, ExecutorKind, LoadedSpec};
-use crate::{kernel, paths};
+use crate::{image, kernel, paths};
 
 /// Prints the dry run; [`RunError::DryRun`] when all is printed, else why
 /// the run would be refused.
@@ -172,6 +172,12 @@ pub(super) fn report(
         out,
         "initramfs: built by the run (agent, helpers, modules); the argv shows a placeholder"
     );
+    if let Some(name) = &spec.image.name {
+        qemu_devices.push(QemuDevice::RootImage {
+            path: root_image_line(loaded, name, cache, &mut out)?,
+            serial: image::rootfs::SERIAL.into(),
+        });
+    }
     if loaded.spec.topology.is_some() {
         let _ = writeln!(
             out,
@@ -198,6 +204,35 @@ pub(super) fn report(
     let _ = writeln!(out, "QEMU command line (not started):");
     out.push_str(&render_argv(&build_argv(&config)));
     Ok(out)
+}
+
+/// The guest image's path if it is cached (apt resolves the key, as a run
+/// does), else a placeholder; a bad recipe is refused at `image.name`.
+fn root_image_line(
+    loaded: &LoadedSpec,
+    name: &str,
+    cache: &Path,
+    out: &mut String,
+) -> Result<PathBuf, RunError> {
+    let at = |e: String| RunError::Spec(loaded.error_at("image", Some("name"), e));
+    let recipe = image::recipe::load(&image::recipes_dir(), name).map_err(|e| at(e.to_string()))?;
+    match image::rootfs::lookup(&recipe, cache) {
+        Ok(Some(built)) => {
+            let _ = writeln!(out, "guest image {name}: cached, {}", built.path.display());
+            Ok(built.path)
+        }
+        found => {
+            let why = match found {
+                Err(e) => e.to_string(),
+                _ => format!("not built (`testbed image build {name}` builds it)"),
+            };
+            let _ = writeln!(
+                out,
+                "guest image {name}: {why}; a dry run builds nothing, the argv shows a placeholder"
+            );
+            Ok(PathBuf::from(format!("<image {name}: not built>")))
+        }
+    }
 }
 
 /// What the checks found, in one line.
@@ -316,6 +351,22 @@ mod tests {
         assert!(!f.path("cache/passthrough").exists());
         assert_eq!(f.driver(PCI).as_deref(), Some("nvme"));
         assert_eq!(f.read("sys/bus/pci/drivers_probe"), "");
+    }
+
+    #[test]
+    fn a_dry_run_shows_the_guest_image_drive() {
+        let f = FakeHost::good();
+        let src = "[experiment]\nname = \"img\"\n[image]\nname = \"test-tiny\"\n[[devices]]\nname = \"scratch\"\nkind = \"nvme\"\nsize = \"64M\"\n[workload]\nkind = \"randread\"\ndevice = \"scratch\"\n";
+        let text = dry(&f, src, &RunOptions::default()).unwrap();
+        // The fake cache holds no image: a placeholder, read-only.
+        assert!(text.contains("guest image test-tiny: "), "{text}");
+        assert!(
+            text.contains(
+                "-drive 'file=<image test-tiny: not built>,if=none,id=root1,format=raw,readonly=on,"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("serial=testbed-root"), "{text}");
     }
 
     #[test]

@@ -181,9 +181,20 @@ fn differing_inputs(earlier: &Manifest, now: &Manifest) -> Vec<(&'static str, St
         (Some(a), Some(b)) => a.key == b.key,
         (a, b) => a.is_none() == b.is_none(),
     };
+    let shown = |k: Option<String>| k.unwrap_or_else(|| "none".into());
     if !same_kernel {
-        let shown = |k: Option<String>| k.unwrap_or_else(|| "none".into());
         out.push(("kernel", shown(kernel(earlier)), shown(kernel(now))));
+    }
+    // The guest image: its key covers the recipe and the package versions.
+    let rootfs = |m: &Manifest| {
+        let r = m.inputs.files.get("rootfs")?;
+        let key = r.get("key")?.as_str()?;
+        let name = r.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        Some((key.to_string(), format!("{name} (key {key})")))
+    };
+    let (a, b) = (rootfs(earlier), rootfs(now));
+    if a.as_ref().map(|r| &r.0) != b.as_ref().map(|r| &r.0) {
+        out.push(("guest image", shown(a.map(|r| r.1)), shown(b.map(|r| r.1))));
     }
     out
 }
@@ -286,4 +297,45 @@ fn latest_run(exp_dir: &Path) -> Option<PathBuf> {
         .collect();
     runs.sort();
     runs.pop()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_rootfs(key: Option<&str>) -> Manifest {
+        let mut m: Manifest = serde_json::from_value(serde_json::json!({
+            "testbed_version": "0.1.0", "status": "running", "experiment": "e",
+            "run_id": "r", "figures": [], "spec_file": "s.toml", "spec_sha256": "",
+            "spec": {}, "executor": "qemu", "timing_note": "", "qemu_argv": [],
+            "boots": [], "boot_to_agent_ms": [], "devices": [], "seed": 1,
+            "points": [], "started_at": "",
+        }))
+        .unwrap();
+        if let Some(key) = key {
+            m.inputs.files.insert(
+                "rootfs".into(),
+                serde_json::json!({"name": "bookworm-asam", "key": key}),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn another_guest_image_is_a_differing_input() {
+        let same = differing_inputs(&with_rootfs(Some("k1")), &with_rootfs(Some("k1")));
+        assert!(same.is_empty(), "{same:?}");
+        let other = differing_inputs(&with_rootfs(Some("k1")), &with_rootfs(Some("k2")));
+        assert_eq!(
+            other,
+            [(
+                "guest image",
+                "bookworm-asam (key k1)".to_string(),
+                "bookworm-asam (key k2)".to_string()
+            )]
+        );
+        let added = differing_inputs(&with_rootfs(None), &with_rootfs(Some("k2")));
+        assert_eq!(added[0].1, "none");
+        assert!(differing_inputs(&with_rootfs(None), &with_rootfs(None)).is_empty());
+    }
 }
