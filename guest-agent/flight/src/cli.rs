@@ -39,6 +39,10 @@ pub enum FlightCommand {
     ComparePyarrow(crate::compare::CompareArgs),
     /// Query comparison: PostgreSQL via ODBC (row, block), libpq, Flight SQL.
     Query(crate::query::QueryArgs),
+    /// The query comparison's Flight SQL server on its own (a fresh
+    /// PostgreSQL with the taxi table), for any Flight SQL client; prints
+    /// its address as JSON and serves until stdin closes, SIGINT or SIGTERM.
+    SqlServe(crate::query::serve::SqlServeArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -148,6 +152,7 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
         }
         FlightCommand::ComparePyarrow(args) => crate::compare::run(&args),
         FlightCommand::Query(args) => crate::query::run_cli(&args),
+        FlightCommand::SqlServe(args) => crate::query::serve::run_cli(&args),
     }
 }
 

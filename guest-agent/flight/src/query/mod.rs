@@ -7,6 +7,9 @@ pub mod libpq;
 #[cfg(feature = "odbc")]
 pub mod odbc;
 pub mod pg;
+pub mod serve;
+pub mod sqlmeta;
+pub mod sqlparams;
 pub mod sqlserver;
 pub mod taxi;
 
@@ -106,6 +109,17 @@ enum RunDir {
 }
 
 impl RunDir {
+    fn new(chosen: Option<&PathBuf>) -> Result<RunDir> {
+        Ok(match chosen {
+            Some(p) => {
+                std::fs::create_dir_all(p)
+                    .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
+                RunDir::Chosen(p.clone())
+            }
+            None => RunDir::Private(crate::private::tempdir("testbed-flight-query-")?),
+        })
+    }
+
     fn path(&self) -> &std::path::Path {
         match self {
             RunDir::Chosen(p) => p,
@@ -148,14 +162,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
             "this build has no ODBC clients (build with --features odbc, or pick --clients)".into(),
         ));
     }
-    let dir = match &a.run_dir {
-        Some(p) => {
-            std::fs::create_dir_all(p)
-                .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
-            RunDir::Chosen(p.clone())
-        }
-        None => RunDir::Private(crate::private::tempdir("testbed-flight-query-")?),
-    };
+    let dir = RunDir::new(a.run_dir.as_ref())?;
     let mut pg = pg::PgCluster::start(dir.path())?;
     let conn = pg.conn_string();
     let rt = crate::cli::runtime(Some(2)).map_err(|e| FlightError::Other(e.to_string()))?;

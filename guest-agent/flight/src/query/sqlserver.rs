@@ -2,6 +2,14 @@
 //! be told apart: `Postgres` runs the statement in PostgreSQL and turns the
 //! rows into Arrow batches; `Parquet` answers `SELECT * FROM nyc_taxi
 //! [LIMIT n]` from a Parquet file with no SQL engine in between.
+//!
+//! What a client nobody here wrote needs (tested with the ADBC Flight SQL
+//! driver): Handshake (no authentication: any handshake is answered),
+//! GetSqlInfo, statements, prepared statements with one bound parameter
+//! row (PostgreSQL's `$1` markers), GetCatalogs/GetDbSchemas/GetTables/
+//! GetTableTypes, results cut into messages under gRPC's 4 MiB default, and
+//! errors as gRPC statuses (bad SQL: InvalidArgument; an unknown handle:
+//! NotFound; what is not offered: Unimplemented).
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -13,23 +21,41 @@ use arrow::array::{
     StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError as AfError;
 use arrow_flight::flight_service_server::FlightServiceServer;
-use arrow_flight::sql::server::FlightSqlService;
-use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery};
-use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    IpcMessage, SchemaAsIpc, Ticket,
+};
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tokio_postgres::types::Type;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use super::libpq::{micros, pg_err};
+use super::sqlmeta;
+use super::sqlparams::{PgParam, Prepared, Store};
 use super::taxi::TABLE;
 use crate::error::{FlightError, Result};
 use crate::server::{RunningServer, ServerConfig, start_service};
 
 type BatchStream = Pin<Box<dyn Stream<Item = std::result::Result<RecordBatch, AfError>> + Send>>;
+pub type DoGetStream =
+    <SqlService as arrow_flight::flight_service_server::FlightService>::DoGetStream;
+
+/// Result messages stay under this, well inside gRPC's 4 MiB default
+/// receive limit (which ADBC and most clients keep).
+const MAX_MESSAGE_DATA: usize = 2 << 20;
 
 pub enum Source {
     Postgres(Arc<tokio_postgres::Client>),
@@ -39,6 +65,7 @@ pub enum Source {
 pub struct SqlService {
     source: Source,
     batch_rows: usize,
+    prepared: Store,
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -46,7 +73,7 @@ fn internal(e: impl std::fmt::Display) -> Status {
 }
 
 /// Arrow type of a PostgreSQL column type this server can convert.
-fn arrow_type(t: &Type) -> std::result::Result<DataType, Status> {
+pub fn arrow_type(t: &Type) -> std::result::Result<DataType, Status> {
     Ok(match *t {
         Type::INT2 => DataType::Int16,
         Type::INT4 => DataType::Int32,
@@ -152,10 +179,17 @@ impl SqlService {
         SqlService {
             source,
             batch_rows: batch_rows.max(1),
+            prepared: Store::default(),
         }
     }
 
     async fn schema_of(&self, sql: &str) -> std::result::Result<SchemaRef, Status> {
+        Ok(self.describe(sql).await?.0)
+    }
+
+    /// The result's schema and the parameters' PostgreSQL types (none for
+    /// the Parquet source). Bad SQL is the client's: InvalidArgument.
+    async fn describe(&self, sql: &str) -> std::result::Result<(SchemaRef, Vec<Type>), Status> {
         match &self.source {
             Source::Postgres(client) => {
                 let stmt = client
@@ -167,7 +201,7 @@ impl SqlService {
                     .iter()
                     .map(|c| Ok(Field::new(c.name(), arrow_type(c.type_())?, true)))
                     .collect::<std::result::Result<Vec<_>, Status>>()?;
-                Ok(Arc::new(Schema::new(fields)))
+                Ok((Arc::new(Schema::new(fields)), stmt.params().to_vec()))
             }
             Source::Parquet(path) => {
                 parse_parquet_query(sql)?;
@@ -175,18 +209,22 @@ impl SqlService {
                 let b =
                     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
                         .map_err(internal)?;
-                Ok(b.schema().clone())
+                Ok((b.schema().clone(), Vec::new()))
             }
         }
     }
 
-    async fn batches(&self, sql: String) -> std::result::Result<(SchemaRef, BatchStream), Status> {
+    async fn batches(
+        &self,
+        sql: String,
+        params: Vec<PgParam>,
+    ) -> std::result::Result<(SchemaRef, BatchStream), Status> {
         let schema = self.schema_of(&sql).await?;
         let batch_rows = self.batch_rows;
         match &self.source {
             Source::Postgres(client) => {
                 let rows = client
-                    .query_raw(sql.as_str(), std::iter::empty::<i32>())
+                    .query_raw(sql.as_str(), params)
                     .await
                     .map_err(|e| Status::internal(pg_err("query", e).to_string()))?;
                 let types: Vec<DataType> = schema
@@ -271,9 +309,48 @@ impl SqlService {
     }
 }
 
+/// The FlightData of `batches`, cut into messages of at most
+/// [`MAX_MESSAGE_DATA`] bytes.
+fn encode(schema: SchemaRef, batches: BatchStream) -> DoGetStream {
+    Box::pin(
+        FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .with_max_flight_data_size(MAX_MESSAGE_DATA)
+            .build(batches)
+            .map_err(Status::from),
+    )
+}
+
+fn ipc_schema(schema: &Schema) -> std::result::Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) =
+        SchemaAsIpc::new(schema, &arrow::ipc::writer::IpcWriteOptions::default())
+            .try_into()
+            .map_err(internal)?;
+    Ok(bytes)
+}
+
 #[tonic::async_trait]
 impl FlightSqlService for SqlService {
     type FlightService = SqlService;
+
+    /// No authentication is configured: every handshake is answered.
+    async fn do_handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> std::result::Result<
+        Response<
+            Pin<Box<dyn Stream<Item = std::result::Result<HandshakeResponse, Status>> + Send>>,
+        >,
+        Status,
+    > {
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: Default::default(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::once(async {
+            Ok(reply)
+        }))))
+    }
 
     async fn get_flight_info_statement(
         &self,
@@ -297,20 +374,223 @@ impl FlightSqlService for SqlService {
         &self,
         ticket: TicketStatementQuery,
         _request: Request<Ticket>,
-    ) -> std::result::Result<
-        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
-        Status,
-    > {
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
         let sql = String::from_utf8(ticket.statement_handle.to_vec())
             .map_err(|_| Status::invalid_argument("statement handle is not UTF-8"))?;
-        let (schema, batches) = self.batches(sql).await?;
-        let stream = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            // One message per batch: the message limits are raised instead.
-            .with_max_flight_data_size(usize::MAX)
-            .build(batches)
-            .map_err(Status::from);
-        Ok(Response::new(Box::pin(stream)))
+        let (schema, batches) = self.batches(sql, Vec::new()).await?;
+        Ok(Response::new(encode(schema, batches)))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> std::result::Result<ActionCreatePreparedStatementResult, Status> {
+        let (schema, param_types) = self.describe(&query.query).await?;
+        let params = Schema::new(
+            param_types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Ok(Field::new(format!("${}", i + 1), arrow_type(t)?, true)))
+                .collect::<std::result::Result<Vec<_>, Status>>()?,
+        );
+        let handle = self.prepared.open(Prepared {
+            sql: query.query,
+            param_types,
+            bound: None,
+        });
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle,
+            dataset_schema: ipc_schema(&schema)?,
+            parameter_schema: ipc_schema(&params)?,
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> std::result::Result<DoPutPreparedStatementResult, Status> {
+        let stream = request.into_inner().map_err(AfError::from);
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(stream)
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("parameter batches: {e}")))?;
+        let row = match batches.first() {
+            Some(first) => arrow::compute::concat_batches(&first.schema(), &batches)
+                .map_err(|e| Status::invalid_argument(format!("parameter batches: {e}")))?,
+            None => return Err(Status::invalid_argument("no parameter row was sent")),
+        };
+        self.prepared.bind(&query.prepared_statement_handle, row)?;
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(query.prepared_statement_handle),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let (sql, _) = self
+            .prepared
+            .sql_and_params(&cmd.prepared_statement_handle)?;
+        let schema = self.schema_of(&sql).await?;
+        let info = sqlmeta::info_for(cmd.as_any().encode_to_vec(), &schema, request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
+        let (sql, params) = self
+            .prepared
+            .sql_and_params(&cmd.prepared_statement_handle)?;
+        let (schema, batches) = self.batches(sql, params).await?;
+        Ok(Response::new(encode(schema, batches)))
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> std::result::Result<(), Status> {
+        self.prepared.close(&query.prepared_statement_handle)
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let data = sqlmeta::sql_info()?;
+        let schema = query.clone().into_builder(&data).schema();
+        let info = sqlmeta::info_for(
+            query.as_any().encode_to_vec(),
+            &schema,
+            request.into_inner(),
+        )?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
+        let data = sqlmeta::sql_info()?;
+        let b = query.into_builder(&data);
+        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        let info = sqlmeta::info_for(
+            query.as_any().encode_to_vec(),
+            &schema,
+            request.into_inner(),
+        )?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        for c in sqlmeta::catalogs(&self.source).await? {
+            b.append(c);
+        }
+        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        let info = sqlmeta::info_for(
+            query.as_any().encode_to_vec(),
+            &schema,
+            request.into_inner(),
+        )?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        for (catalog, schema) in sqlmeta::schemas(&self.source).await? {
+            b.append(catalog, schema);
+        }
+        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        let info = sqlmeta::info_for(
+            query.as_any().encode_to_vec(),
+            &schema,
+            request.into_inner(),
+        )?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
+        let with_columns = query.include_schema;
+        let mut b = query.into_builder();
+        let none = Schema::empty();
+        for t in sqlmeta::tables(&self.source, with_columns).await? {
+            let columns = t.columns.as_deref().unwrap_or(&none);
+            b.append(&t.catalog, &t.schema, &t.name, &t.kind, columns)
+                .map_err(internal)?;
+        }
+        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        let info = sqlmeta::info_for(
+            query.as_any().encode_to_vec(),
+            &schema,
+            request.into_inner(),
+        )?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> std::result::Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        for t in sqlmeta::TABLE_TYPES {
+            b.append(t);
+        }
+        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

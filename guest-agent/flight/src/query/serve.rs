@@ -1,0 +1,112 @@
+//! `testbed-flight sql-serve`: the query comparison's Flight SQL server on
+//! its own, for clients of one's own (the ADBC test, JDBC, DBeaver): a
+//! fresh PostgreSQL in a private directory holding the generated taxi
+//! table, served over Flight SQL from PostgreSQL or from the table's
+//! Parquet file. The first stdout line is JSON naming the address; it
+//! serves until stdin closes, SIGINT or SIGTERM, then stops both servers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use std::io::Read;
+
+use super::{libpq, pg, sqlserver, taxi};
+use crate::server::ServerConfig;
+use crate::settings::TransportSettings;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceKind {
+    /// Statements run in PostgreSQL; rows become Arrow batches.
+    Postgres,
+    /// `SELECT * FROM nyc_taxi [LIMIT n]` from the Parquet file.
+    Parquet,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SqlServeArgs {
+    /// IP:PORT to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: String,
+    /// Rows of the generated nyc_taxi table.
+    #[arg(long, default_value_t = 10_000)]
+    pub rows: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Rows per Arrow batch of a result.
+    #[arg(long, default_value_t = 65_536)]
+    pub batch_rows: usize,
+    #[arg(long, value_enum, default_value = "postgres")]
+    pub source: SourceKind,
+    /// Where PostgreSQL's data directory and the Parquet file go (default: a
+    /// private temporary directory, removed afterwards).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+}
+
+pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
+    if a.rows == 0 {
+        anyhow::bail!("--rows must be at least 1");
+    }
+    let dir = super::RunDir::new(a.run_dir.as_ref())?;
+    let mut pg = pg::PgCluster::start(dir.path())?;
+    let conn = pg.conn_string();
+    let rt = crate::cli::runtime(None)?;
+    let served = rt.block_on(async {
+        libpq::load(&conn, a.seed, a.rows)
+            .await
+            .context("load the taxi table")?;
+        let source = match a.source {
+            SourceKind::Postgres => {
+                sqlserver::Source::Postgres(Arc::new(libpq::connect(&conn).await?))
+            }
+            SourceKind::Parquet => {
+                let path = dir.path().join(format!("{}.parquet", taxi::TABLE));
+                super::write_parquet(&path, a.seed, a.rows)?;
+                sqlserver::Source::Parquet(path)
+            }
+        };
+        let cfg = ServerConfig {
+            addr: a.addr.parse()?,
+            settings: TransportSettings::default(),
+            tls_dir: None,
+        };
+        let server = sqlserver::start(&cfg, source, a.batch_rows).await?;
+        println!(
+            "{}",
+            serde_json::json!({
+                "address": server.addr.to_string(),
+                "table": taxi::TABLE,
+                "table_rows": a.rows,
+                "seed": a.seed,
+            })
+        );
+        wait_for_stop().await?;
+        server.stop().await?;
+        Ok::<_, anyhow::Error>(())
+    });
+    // PostgreSQL stops whatever the server did.
+    let stopped = pg.stop();
+    served?;
+    stopped?;
+    Ok(())
+}
+
+/// Until stdin reaches its end (the parent went away), SIGINT or SIGTERM.
+async fn wait_for_stop() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    // A plain thread: it may stay blocked in read() when a signal ends us.
+    let (closed_tx, stdin_closed) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while std::io::stdin().read(&mut buf).is_ok_and(|n| n > 0) {}
+        let _ = closed_tx.send(());
+    });
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        _ = term.recv() => {}
+        _ = stdin_closed => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! The Flight SQL server with a client nobody here wrote: the ADBC Flight
+//! SQL driver from PyPI (`adbc-driver-flightsql`, `adbc-driver-manager`;
+//! `./x setup` installs them) runs `tests/adbc_client.py` against
+//! `testbed-flight sql-serve` over a real PostgreSQL 15: the server's info,
+//! a query whose one batch is larger than gRPC's 4 MiB default message
+//! limit, a prepared statement with a bound parameter, the catalog listing
+//! and a bad statement.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::Int32Type;
+use testbed_flight::query::taxi;
+
+const ROWS: u64 = 60_000;
+const SEED: u64 = 4;
+
+fn python() -> String {
+    std::env::var("TESTBED_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// `sql-serve` running; stopped (stdin closed) and reaped on drop.
+struct Server {
+    child: std::process::Child,
+    address: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_testbed-flight"))
+            .args([
+                "sql-serve",
+                "--rows",
+                &ROWS.to_string(),
+                "--seed",
+                &SEED.to_string(),
+            ])
+            .arg("--run-dir")
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("sql-serve's first line {line:?}: {e}"));
+        Server {
+            child,
+            address: ready["address"].as_str().unwrap().to_string(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("run"));
+    let ipc = dir.path().join("result.arrow");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/adbc_client.py");
+    let o = Command::new(python())
+        .arg(&script)
+        .arg(format!("grpc://{}", server.address))
+        .arg(ROWS.to_string())
+        .arg(&ipc)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "{} failed (`./x setup` installs adbc-driver-flightsql): {stderr}",
+        script.display()
+    );
+    let out: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    eprintln!("{out:#}");
+
+    assert_eq!(out["vendor_name"], "testbed-flight");
+    assert!(
+        out["table_types"]
+            .as_array()
+            .unwrap()
+            .contains(&"TABLE".into()),
+        "{out}"
+    );
+    let names: Vec<&str> = taxi::COLUMNS.iter().map(|c| c.0).collect();
+    assert_eq!(out["table_schema"], serde_json::json!(names));
+
+    // The whole table in one 65 536-row batch (~5 MB): it arrived, so the
+    // server cut it into messages the driver's 4 MiB limit accepts. Every
+    // value, in order, is the generator's.
+    assert_eq!(out["query_rows"], ROWS);
+    let file = std::fs::File::open(&ipc).unwrap();
+    let reader = arrow::ipc::reader::FileReader::try_new(file, None).unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let got = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    let want = taxi::batch(SEED, 0, ROWS).unwrap();
+    assert_eq!(got.num_columns(), want.num_columns());
+    for (i, name) in names.iter().enumerate() {
+        let w = arrow::compute::cast(want.column(i), got.column(i).data_type()).unwrap();
+        assert!(&w == got.column(i), "column {name} differs");
+    }
+
+    // The prepared statement, bound with 2 and then 3.
+    let passengers = want.column(3).as_primitive::<Int32Type>();
+    assert_eq!(names[3], "passenger_count");
+    for v in [2, 3] {
+        let n = (0..passengers.len())
+            .filter(|&i| passengers.value(i) == v)
+            .count();
+        assert!(n > 0);
+        assert_eq!(out["prepared_counts"][v.to_string()], n, "{out}");
+    }
+
+    // PostgreSQL's complaint, as the driver's ProgrammingError.
+    let err = &out["error"];
+    assert_eq!(err["type"], "ProgrammingError", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("no_such_column"),
+        "{err}"
+    );
+
+    // GetCatalogs, GetDbSchemas, GetTables with columns.
+    let table = &out["objects"]["postgres"]["public"]["nyc_taxi"];
+    assert_eq!(table["type"], "TABLE", "{out}");
+    assert_eq!(table["columns"], serde_json::json!(names));
+    assert!(
+        out["objects"]["postgres"].get("pg_catalog").is_none(),
+        "PostgreSQL's own schemas are not listed: {out}"
+    );
+}
