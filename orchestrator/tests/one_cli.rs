@@ -62,7 +62,15 @@ fn help_lists_the_helpers_and_their_subcommands() {
     }
     let flight = stdout_of(&["flight", "--help"]);
     assert!(flight.contains("Usage: testbed flight"), "{flight}");
-    for sub in ["serve", "bench", "gen-cert", "compare-pyarrow", "query"] {
+    for sub in [
+        "serve",
+        "bench",
+        "gen-cert",
+        "py-serve",
+        "py-bench",
+        "query",
+        "sql-serve",
+    ] {
         assert!(
             flight.lines().any(|l| l.trim_start().starts_with(sub)),
             "no {sub} in:\n{flight}"

@@ -39,6 +39,11 @@ pub struct BenchConfig {
     pub seed: u64,
     pub settings: TransportSettings,
     pub connect_timeout: Duration,
+    /// Keep every received batch until the stream ends (as pyarrow's
+    /// `read_all` does), and ask the server to keep what a DoPut sends;
+    /// otherwise each batch is dropped once counted.
+    #[serde(default)]
+    pub keep_batches: bool,
 }
 
 impl Default for BenchConfig {
@@ -56,6 +61,7 @@ impl Default for BenchConfig {
             seed: 1,
             settings: TransportSettings::default(),
             connect_timeout: Duration::from_secs(5),
+            keep_batches: false,
         }
     }
 }
@@ -101,6 +107,7 @@ pub async fn client(
         .max_encoding_message_size(settings.max_message_bytes))
 }
 
+#[derive(Clone)]
 struct Shared {
     cfg: BenchConfig,
     addr: Addr,
@@ -169,27 +176,28 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
     } else {
         Vec::new()
     };
-    let mut clients = vec![control];
-    for _ in 1..threads {
-        clients.push(
-            client(
-                &addr,
-                shared.tls.as_ref(),
-                &cfg.settings,
-                cfg.connect_timeout,
-            )
-            .await?,
-        );
-    }
+    drop(control);
+    warm_up(&shared).await?;
 
+    // The clock starts before the workers connect: each connects inside
+    // the timer and its first stream's time includes the connect, as the
+    // C++ arrow-flight-benchmark times a stream (GetFlightInfo stays out).
     let next = Arc::new(AtomicU32::new(0));
     let tickets = Arc::new(tickets);
     let started = Instant::now();
     let mut workers = Vec::new();
-    for c in clients {
+    for _ in 0..threads {
         let (shared, next, tickets) = (shared.clone(), next.clone(), tickets.clone());
         workers.push(tokio::spawn(async move {
-            let mut c = c;
+            let mut since = Instant::now();
+            let cfg = &shared.cfg;
+            let mut c = client(
+                &shared.addr,
+                shared.tls.as_ref(),
+                &cfg.settings,
+                cfg.connect_timeout,
+            )
+            .await?;
             let mut out = Vec::new();
             loop {
                 let s = next.fetch_add(1, Ordering::Relaxed);
@@ -197,11 +205,12 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
                     return Ok::<_, FlightError>(out);
                 }
                 let r = match shared.cfg.op {
-                    Op::Get => get_stream(&mut c, &shared, s, &tickets[s as usize]).await?,
-                    Op::Put => put_stream(&mut c, &shared, s).await?,
-                    Op::Exchange => exchange_stream(&mut c, &shared, s).await?,
+                    Op::Get => get_stream(&mut c, &shared, s, &tickets[s as usize], since).await?,
+                    Op::Put => put_stream(&mut c, &shared, s, since).await?,
+                    Op::Exchange => exchange_stream(&mut c, &shared, s, since).await?,
                 };
                 out.push(r);
+                since = Instant::now();
             }
         }));
     }
@@ -237,6 +246,56 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
         },
         per_stream,
     })
+}
+
+/// One untimed stream of one batch, on a connection of its own, before
+/// the clock: lazy set-up on either side (pyarrow's server imports its
+/// compute kernels at its first call) stays out of every pairing's timer.
+/// pyarrow_client.py does the same.
+async fn warm_up(sh: &Shared) -> Result<()> {
+    let mut cfg = sh.cfg.clone();
+    cfg.records_per_stream = u64::from(cfg.records_per_batch);
+    cfg.streams = 1;
+    cfg.verify = false;
+    let one = Shared { cfg, ..sh.clone() };
+    let mut c = client(
+        &one.addr,
+        one.tls.as_ref(),
+        &one.cfg.settings,
+        one.cfg.connect_timeout,
+    )
+    .await?;
+    let t0 = Instant::now();
+    match one.cfg.op {
+        Op::Get => {
+            let cmd = PerfCommand {
+                streams: 1,
+                records_per_stream: one.cfg.records_per_stream,
+                records_per_batch: one.cfg.records_per_batch,
+                compression: one.cfg.compression,
+                seed: one.cfg.seed,
+            };
+            let cmd = serde_json::to_vec(&cmd).map_err(|e| FlightError::Other(e.to_string()))?;
+            let info = c
+                .get_flight_info(FlightDescriptor::new_cmd(cmd))
+                .await
+                .map_err(|s| rpc_err("GetFlightInfo (warm-up)", &one.addr, s))?
+                .into_inner();
+            let ticket = info
+                .endpoint
+                .into_iter()
+                .find_map(|e| e.ticket)
+                .ok_or_else(|| FlightError::Verify("warm-up: no ticket".into()))?;
+            get_stream(&mut c, &one, 0, &ticket, t0).await?;
+        }
+        Op::Put => {
+            put_stream(&mut c, &one, 0, t0).await?;
+        }
+        Op::Exchange => {
+            exchange_stream(&mut c, &one, 0, t0).await?;
+        }
+    }
+    Ok(())
 }
 
 fn result(op: Op, stream: u32, records: u64, batches: u64, seconds: f64) -> StreamResult {
@@ -279,8 +338,8 @@ async fn get_stream(
     sh: &Shared,
     stream: u32,
     ticket: &Ticket,
+    t0: Instant,
 ) -> Result<StreamResult> {
-    let t0 = Instant::now();
     let mut input = c
         .do_get(ticket.clone())
         .await
@@ -294,7 +353,8 @@ async fn get_stream(
         last = now;
     })
     .await?;
-    let mut r = received_result(sh, Op::Get, stream, got, t0.elapsed().as_secs_f64())?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let mut r = received_result(sh, Op::Get, stream, got, seconds)?;
     r.latencies_ns = lat;
     Ok(r)
 }
@@ -306,6 +366,8 @@ struct Received {
     batches: u64,
     /// Sum of the batches' checksums; 0 unless verifying.
     checksum: u64,
+    /// The batches themselves with `keep_batches` (freed after the timer).
+    kept: Vec<RecordBatch>,
 }
 
 /// Reads the server's batches to the end, calling `on_batch` as each one
@@ -329,6 +391,9 @@ async fn receive(
             got.batches += 1;
             if sh.cfg.verify {
                 got.checksum = got.checksum.wrapping_add(checksum(&b)?);
+            }
+            if sh.cfg.keep_batches {
+                got.kept.push(b);
             }
         }
     }
@@ -367,6 +432,7 @@ fn upload(
     let cmd = PutCommand {
         stream,
         verify: sh.cfg.verify,
+        keep: sh.cfg.keep_batches,
     };
     let cmd = serde_json::to_vec(&cmd).map_err(|e| FlightError::Other(e.to_string()))?;
     let mut enc = BatchEncoder::new(sh.cfg.compression)?;
@@ -400,9 +466,9 @@ async fn put_stream(
     c: &mut FlightServiceClient<Channel>,
     sh: &Shared,
     stream: u32,
+    t0: Instant,
 ) -> Result<StreamResult> {
     let messages = upload(sh, stream)?;
-    let t0 = Instant::now();
     let mut results = c
         .do_put(messages)
         .await
@@ -451,16 +517,17 @@ async fn exchange_stream(
     c: &mut FlightServiceClient<Channel>,
     sh: &Shared,
     stream: u32,
+    t0: Instant,
 ) -> Result<StreamResult> {
     let messages = upload(sh, stream)?;
-    let t0 = Instant::now();
     let mut input = c
         .do_exchange(messages)
         .await
         .map_err(|s| rpc_err("DoExchange", &sh.addr, s))?
         .into_inner();
     let got = receive(&mut input, sh, "DoExchange", || {}).await?;
-    received_result(sh, Op::Exchange, stream, got, t0.elapsed().as_secs_f64())
+    let seconds = t0.elapsed().as_secs_f64();
+    received_result(sh, Op::Exchange, stream, got, seconds)
 }
 
 /// The ticket a pyarrow client would send for stream `s` (used by tests).

@@ -10,7 +10,7 @@ use anyhow::Context;
 use crate::bench::{BenchConfig, BenchResult};
 use crate::lines::{ServeReady, bench_lines};
 use crate::server::ServerConfig;
-use crate::settings::{Compression, Op, TransportSettings};
+use crate::settings::{Compression, Op, Profile, TransportSettings};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum FlightCommand {
@@ -24,6 +24,9 @@ pub enum FlightCommand {
         tls_dir: Option<PathBuf>,
         #[command(flatten)]
         settings: TransportSettings,
+        /// `defaults`: tonic's and hyper's own settings, whatever the flags say.
+        #[arg(long, value_enum, default_value = "tuned")]
+        profile: Profile,
         /// Tokio worker threads (default: one per CPU).
         #[arg(long)]
         runtime_threads: Option<usize>,
@@ -35,8 +38,16 @@ pub enum FlightCommand {
         #[arg(long)]
         dir: PathBuf,
     },
-    /// Our DoGet/DoPut beside pyarrow's C++ Flight on loopback, same payload.
-    ComparePyarrow(crate::compare::CompareArgs),
+    /// pyarrow's Flight server with the bulk benchmark's semantics (python3
+    /// or $TESTBED_PYTHON), until SIGINT/SIGTERM; first line as `serve`'s.
+    PyServe {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: String,
+        #[arg(long)]
+        tls_dir: Option<PathBuf>,
+    },
+    /// pyarrow's Flight client on the bulk benchmark; lines as `bench --json`.
+    PyBench(crate::pyarrow::PyBenchArgs),
     /// Query comparison: PostgreSQL via ODBC (row, block), libpq, Flight SQL.
     Query(crate::query::QueryArgs),
     /// The query comparison's Flight SQL server on its own (a fresh
@@ -82,6 +93,14 @@ pub struct BenchArgs {
     pub connect_timeout_secs: f64,
     #[arg(long)]
     pub runtime_threads: Option<usize>,
+    /// Keep every received batch until its stream ends (pyarrow's
+    /// `read_all`); a DoPut asks the server to do the same. Default: drop
+    /// each batch once counted, on both sides.
+    #[arg(long)]
+    pub keep_batches: bool,
+    /// `defaults`: tonic's and hyper's own settings, whatever the flags say.
+    #[arg(long, value_enum, default_value = "tuned")]
+    pub profile: Profile,
     #[command(flatten)]
     pub settings: TransportSettings,
 }
@@ -99,8 +118,9 @@ impl BenchArgs {
             tls_ca: self.tls_ca.clone(),
             verify: self.verify,
             seed: self.seed,
-            settings: self.settings.clone(),
+            settings: self.profile.apply(self.settings.clone()),
             connect_timeout: Duration::from_secs_f64(self.connect_timeout_secs.max(0.001)),
+            keep_batches: self.keep_batches,
         }
     }
 }
@@ -121,8 +141,10 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
             addr,
             tls_dir,
             settings,
+            profile,
             runtime_threads,
         } => {
+            let settings = profile.apply(settings);
             crate::settings::tune_malloc(&settings);
             let cfg = ServerConfig {
                 addr: addr.parse()?,
@@ -150,7 +172,10 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
             println!("{}", f.ca_cert.display());
             Ok(())
         }
-        FlightCommand::ComparePyarrow(args) => crate::compare::run(&args),
+        FlightCommand::PyServe { addr, tls_dir } => {
+            crate::pyarrow::serve_cli(&addr, tls_dir.as_deref())
+        }
+        FlightCommand::PyBench(args) => crate::pyarrow::bench_cli(&args),
         FlightCommand::Query(args) => crate::query::run_cli(&args),
         FlightCommand::SqlServe(args) => crate::query::serve::run_cli(&args),
     }

@@ -97,6 +97,9 @@ pub struct PutCommand {
     /// Compute a checksum of what arrived (costs a pass over the data).
     #[serde(default)]
     pub verify: bool,
+    /// Keep every batch until the stream ends (as a `read_all` does).
+    #[serde(default)]
+    pub keep: bool,
 }
 
 /// What the server answers to a DoPut (PutResult app_metadata).

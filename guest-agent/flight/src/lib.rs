@@ -4,15 +4,17 @@
 //!   4 int64 columns, the server re-sends one pre-built batch, MB = 2^20
 //!   payload bytes. [`server`] serves DoGet/DoPut/DoExchange, [`bench`] drives
 //!   them and returns per-stream results.
-//! - [`compare`] runs the same payload through pyarrow's C++ Flight.
+//! - [`pyarrow`] runs the same payload through pyarrow's C++ Flight
+//!   (`py-serve`, `py-bench`): the flight-bulk workload's `client` and
+//!   `server` pairings.
 //! - [`query`] compares row protocols (ODBC, libpq) with Flight SQL over a
 //!   synthetic NYC-taxi table in PostgreSQL.
 //!
 //! [`cli`] holds the `testbed flight ...` / `testbed-flight ...` commands;
 //! [`lines`] the JSON lines they print for the agent.
 //!
-//! Setup (host): `pip install pyarrow` for the interop tests and
-//! `compare-pyarrow`; `apt-get install -y postgresql-15 odbc-postgresql
+//! Setup (host): `pip install pyarrow` for the interop tests and the
+//! pyarrow pairings; `apt-get install -y postgresql-15 odbc-postgresql
 //! unixodbc unixodbc-dev` for `query`. The ODBC clients are behind the
 //! `odbc` feature (libodbc is linked dynamically and dlopens psqlODBC, so
 //! the static guest build leaves them out): `cargo test -p testbed-flight
@@ -22,7 +24,6 @@ pub mod addr;
 pub mod bench;
 pub mod cli;
 pub mod codec;
-pub mod compare;
 pub mod data;
 pub mod error;
 pub mod lines;

@@ -165,6 +165,123 @@ pub fn start_server(
     ChildServer::spawn(cmd, Duration::from_secs(30))
 }
 
+use crate::settings::Profile;
+
+/// `testbed-flight py-bench`: pyarrow's Flight client on the bulk
+/// benchmark, printing `bench --json`'s lines.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PyBenchArgs {
+    #[arg(long)]
+    pub server: String,
+    #[arg(long, value_enum, default_value = "get")]
+    pub op: crate::settings::Op,
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    #[arg(long, default_value_t = 200_980)]
+    pub records_per_stream: u64,
+    #[arg(long = "batch", default_value_t = 4096)]
+    pub records_per_batch: u32,
+    #[arg(long, value_enum, default_value = "none")]
+    pub compression: crate::settings::Compression,
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    #[arg(long)]
+    pub verify: bool,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long)]
+    pub keep_batches: bool,
+    #[arg(long, value_enum, default_value = "tuned")]
+    pub profile: Profile,
+}
+
+/// Runs `python pyarrow_server.py` (its ready line on our stdout) until
+/// it exits or we get SIGINT/SIGTERM; the scripts' directory goes either way.
+pub fn serve_cli(addr: &str, tls_dir: Option<&Path>) -> anyhow::Result<()> {
+    let python = python();
+    check(&python)?;
+    let scripts = Scripts::write()?;
+    let mut cmd = Command::new(&python);
+    cmd.arg(scripts.server()).args(["--addr", addr]);
+    if let Some(d) = tls_dir {
+        cmd.arg("--tls-cert").arg(d.join("server.pem"));
+        cmd.arg("--tls-key").arg(d.join("server.key"));
+    }
+    let status = run_until_signal(cmd)?;
+    drop(scripts);
+    match status {
+        Some(st) if !st.success() => anyhow::bail!("pyarrow server exited ({st})"),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `python pyarrow_client.py` with `a`'s arguments; its JSON lines
+/// go to our stdout.
+pub fn bench_cli(a: &PyBenchArgs) -> anyhow::Result<()> {
+    use crate::settings::Op;
+    let op = match a.op {
+        Op::Get => "get",
+        Op::Put => "put",
+        Op::Exchange => anyhow::bail!("the pyarrow client runs get and put, not exchange"),
+    };
+    let python = python();
+    check(&python)?;
+    let scripts = Scripts::write()?;
+    let mut cmd = Command::new(&python);
+    cmd.arg(scripts.client()).arg(op);
+    cmd.args(["--server", &a.server]);
+    cmd.args(["--streams", &a.streams.to_string()]);
+    cmd.args(["--records-per-stream", &a.records_per_stream.to_string()]);
+    cmd.args(["--batch", &a.records_per_batch.to_string()]);
+    cmd.args(["--compression", a.compression.as_str()]);
+    cmd.args(["--seed", &a.seed.to_string()]);
+    cmd.args(["--profile", a.profile.as_str()]);
+    if let Some(ca) = &a.tls_ca {
+        cmd.arg("--tls-ca").arg(ca);
+    }
+    if a.verify {
+        cmd.arg("--verify");
+    }
+    if a.keep_batches {
+        cmd.arg("--keep-batches");
+    }
+    let status = run_until_signal(cmd)?;
+    drop(scripts);
+    match status {
+        Some(st) if !st.success() => anyhow::bail!("pyarrow client exited ({st})"),
+        Some(_) => Ok(()),
+        None => anyhow::bail!("stopped by a signal"),
+    }
+}
+
+/// The child's exit status, or None when a signal stopped us first (the
+/// child is then killed and reaped).
+fn run_until_signal(mut cmd: Command) -> anyhow::Result<Option<std::process::ExitStatus>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| FlightError::io(format!("spawn {cmd:?}"), e))?;
+    let rt = crate::cli::runtime(Some(1))?;
+    rt.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        loop {
+            if let Some(st) = child.try_wait()? {
+                return Ok(Some(st));
+            }
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok(None)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,6 +125,7 @@ fn put_command(first: &FlightData) -> Result<PutCommand, Status> {
         _ => Ok(PutCommand {
             stream: 0,
             verify: false,
+            keep: false,
         }),
     }
 }
@@ -223,6 +224,8 @@ impl FlightService for BulkService {
             checksum: cmd.verify.then_some(0),
         };
         let mut next = Some(first);
+        // With `keep`, every batch lives until the stream ends.
+        let mut kept = Vec::new();
         while let Some(msg) = next {
             let decoded = dec.decode(&msg).map_err(|e| {
                 Status::invalid_argument(format!("DoPut stream {}: {e}", cmd.stream))
@@ -234,9 +237,13 @@ impl FlightService for BulkService {
                 if let Some(c) = sum.checksum.as_mut() {
                     *c = c.wrapping_add(checksum(&b).map_err(status)?);
                 }
+                if cmd.keep {
+                    kept.push(b);
+                }
             }
             next = input.message().await?;
         }
+        drop(kept);
         if dec.schema().is_none() {
             return Err(Status::invalid_argument(format!(
                 "DoPut stream {}: no schema message received",

@@ -96,6 +96,35 @@ impl Default for TransportSettings {
     }
 }
 
+/// Which transport settings a run uses: testbed-flight's tuned ones (the
+/// flags' defaults), or the libraries' own (`defaults`). pyarrow's client
+/// gets gRPC C++'s nearest channel arguments for `tuned`; its server has
+/// no knobs and runs its defaults under both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    #[default]
+    Tuned,
+    Defaults,
+}
+
+impl Profile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Tuned => "tuned",
+            Profile::Defaults => "defaults",
+        }
+    }
+
+    /// The settings of this profile: `tuned` keeps `flags` as given.
+    pub fn apply(self, flags: TransportSettings) -> TransportSettings {
+        match self {
+            Profile::Tuned => flags,
+            Profile::Defaults => TransportSettings::library_defaults(),
+        }
+    }
+}
+
 /// glibc mallopt(3) parameters.
 #[cfg(target_env = "gnu")]
 const M_TRIM_THRESHOLD: libc::c_int = -1;
@@ -121,6 +150,25 @@ pub fn tune_malloc(settings: &TransportSettings) {
 }
 
 impl TransportSettings {
+    /// What tonic and hyper use when nobody tunes them: 64 KiB - 1 windows,
+    /// 16 KiB frames, tonic's 4 MiB decode limit, glibc malloc as it is.
+    /// TCP_NODELAY stays on (tonic's client and gRPC C++ both set it), and
+    /// so do the two zero-copy choices: they are how this implementation
+    /// handles its buffers, as C++ Flight does, not transport settings.
+    pub fn library_defaults() -> Self {
+        TransportSettings {
+            max_message_bytes: 4 << 20,
+            stream_window_bytes: 65_535,
+            connection_window_bytes: 65_535,
+            adaptive_window: false,
+            max_frame_bytes: 16_384,
+            tcp_nodelay: true,
+            reuse_encoded_batch: true,
+            zero_copy_decode: true,
+            malloc_tuning: false,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), crate::FlightError> {
         // RFC 7540 bounds on SETTINGS_MAX_FRAME_SIZE.
         if !(16_384..=16_777_215).contains(&self.max_frame_bytes) {

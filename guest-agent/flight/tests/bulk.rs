@@ -149,6 +149,7 @@ fn first_message(enc: &BatchEncoder, schema: &Schema) -> FlightData {
     let cmd = serde_json::to_vec(&PutCommand {
         stream: 7,
         verify: true,
+        keep: false,
     })
     .unwrap();
     enc.schema(schema)

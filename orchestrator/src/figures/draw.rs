@@ -260,7 +260,12 @@ fn ranges(panel: &Panel, data: &PanelData) -> Ranges {
         }
     } else {
         let (a, b) = (min(&ys).min(0.0), max(&ys));
-        let top = if b > a { b + (b - a) * 0.22 } else { a + 1.0 };
+        // An upper legend gets the top of the panel, free of points.
+        let pad = match panel.legend {
+            LegendPos::UpperLeft | LegendPos::UpperRight => 0.5,
+            LegendPos::LowerLeft | LegendPos::LowerRight => 0.22,
+        };
+        let top = if b > a { b + (b - a) * pad } else { a + 1.0 };
         (a, top)
     };
     Ranges { x, y }

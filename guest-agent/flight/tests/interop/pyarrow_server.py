@@ -88,10 +88,15 @@ class BenchServer(flight.FlightServerBase):
                 records += chunk.data.num_rows
                 batches += 1
                 total += checksum(chunk.data)
-        else:
+        elif cmd.get("keep"):
             table = reader.read_all()
             records = table.num_rows
             batches = len(table.to_batches())
+        else:
+            # Each batch dropped once counted, as testbed-flight's server.
+            for chunk in reader:
+                records += chunk.data.num_rows
+                batches += 1
         summary = {"records": records, "batches": batches, "bytes": records * 32}
         if cmd.get("verify"):
             summary["checksum"] = total % 2**64
@@ -122,7 +127,9 @@ def main():
             certs = [(c.read(), k.read())]
     server = BenchServer(location, tls_certificates=certs)
     shown = f"unix:{path}" if a.addr.startswith("unix:") else f"{host}:{server.port}"
-    print(json.dumps({"listening": shown, "pyarrow": pa.__version__}), flush=True)
+    # pyarrow's server takes no gRPC channel arguments: library defaults.
+    settings = {"implementation": "pyarrow", "pyarrow": pa.__version__, "profile": "defaults"}
+    print(json.dumps({"listening": shown, "tls": tls, "settings": settings}), flush=True)
     server.serve()
 
 

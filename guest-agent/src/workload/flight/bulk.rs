@@ -5,6 +5,13 @@
 //! Roles: `local` starts a server child and a client on this machine;
 //! `server` and `client` are the two halves of the two-VM topology, the
 //! client reaching the server at `address`.
+//!
+//! Implementations: `client` and `server` are each `ours` or `pyarrow`
+//! (Arrow C++ under Python, `testbed-flight py-bench`/`py-serve`), so the
+//! four pairings run on the same payload with the same timer boundaries
+//! (GetFlightInfo outside, each stream's connect inside) and the same
+//! retention (`keep_batches`, both sides); `profile` picks the transport
+//! settings (`tuned`, or each library's `defaults`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,6 +65,44 @@ pub enum Role {
     Client,
 }
 
+/// Whose Flight runs one side of a pairing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Implementation {
+    /// testbed-flight (arrow-rs, tonic).
+    #[default]
+    Ours,
+    /// pyarrow's Flight (Arrow C++, gRPC C++).
+    Pyarrow,
+}
+
+/// Transport settings: testbed-flight's tuned ones, or each library's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    #[default]
+    Tuned,
+    Defaults,
+}
+
+impl Profile {
+    fn as_str(self) -> &'static str {
+        match self {
+            Profile::Tuned => "tuned",
+            Profile::Defaults => "defaults",
+        }
+    }
+}
+
+impl Implementation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Implementation::Ours => "ours",
+            Implementation::Pyarrow => "pyarrow",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlightBulkParams {
@@ -97,6 +142,19 @@ pub struct FlightBulkParams {
     /// Kill the client if it runs longer (TCG is slow).
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// The client's implementation.
+    #[serde(default)]
+    pub client: Implementation,
+    /// The server's implementation (the local role starts it).
+    #[serde(default)]
+    pub server: Implementation,
+    #[serde(default)]
+    pub profile: Profile,
+    /// Keep every received batch until its stream ends (pyarrow's
+    /// `read_all`), on the client and, for DoPut, on the server; by
+    /// default both drop each batch once counted.
+    #[serde(default)]
+    pub keep_batches: bool,
 }
 
 fn default_records() -> u64 {
@@ -175,7 +233,29 @@ impl FlightBulkParams {
         if self.max_latency_samples == 0 {
             return Err(ParamError::new("max_latency_samples", "must be at least 1"));
         }
+        for (field, side) in [("client", self.client), ("server", self.server)] {
+            if side != Implementation::Pyarrow {
+                continue;
+            }
+            if self.operation == Operation::Exchange {
+                return Err(ParamError::new(
+                    field,
+                    "pyarrow pairings run get and put (its benchmark side has no exchange)",
+                ));
+            }
+            if self.role != Role::Local {
+                return Err(ParamError::new(
+                    field,
+                    "pyarrow pairings run in the local role (pyarrow is on the host, not in the guest)",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// "ours→pyarrow": client, then server.
+    pub fn pairing(&self) -> String {
+        format!("{}→{}", self.client.as_str(), self.server.as_str())
     }
 
     fn op(&self) -> &'static str {
@@ -195,29 +275,41 @@ impl FlightBulkParams {
     }
 }
 
-/// The client command line for `server`.
+/// The client command line for `server`: `bench --json`, or pyarrow's
+/// client (`py-bench`, which prints the same lines).
 fn bench_args(p: &FlightBulkParams, server: &str, tls_ca: Option<&Path>, seed: u64) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "bench",
-        "--json",
+    let head: &[&str] = match p.client {
+        Implementation::Ours => &["bench", "--json"],
+        Implementation::Pyarrow => &["py-bench"],
+    };
+    let mut a: Vec<String> = head.iter().map(|s| s.to_string()).collect();
+    for s in [
         "--server",
         server,
         "--op",
         p.op(),
         "--compression",
         p.compression(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        "--profile",
+        p.profile.as_str(),
+    ] {
+        a.push(s.to_string());
+    }
+    if p.keep_batches {
+        a.push("--keep-batches".into());
+    }
+    if p.client == Implementation::Ours {
+        a.push("--threads".into());
+        a.push(p.threads.to_string());
+        a.push("--connect-timeout-secs".into());
+        a.push("30".into());
+    }
     for (k, v) in [
         ("--streams", p.streams.to_string()),
-        ("--threads", p.threads.to_string()),
         ("--records-per-stream", p.records_per_stream.to_string()),
         ("--batch", p.batch().to_string()),
         // The batch values come from the seed, so runs are reproducible.
         ("--seed", (seed % 1_000_000).max(1).to_string()),
-        ("--connect-timeout-secs", "30".to_string()),
     ] {
         a.push(k.into());
         a.push(v);
@@ -261,8 +353,18 @@ pub fn record(
             stream,
             mb_per_s,
             latencies_ns,
+            records,
             ..
         } = l;
+        // Checked on every run, whichever side is whose: a short stream's
+        // speed does not count.
+        if *records != p.records_per_stream {
+            return Err(other(format!(
+                "stream {stream} ({}) moved {records} records, {} expected",
+                p.pairing(),
+                p.records_per_stream
+            )));
+        }
         let tags = BTreeMap::from([
             ("op".to_string(), op.to_string()),
             ("stream".to_string(), stream.to_string()),
@@ -298,6 +400,8 @@ pub fn record(
     s.insert("operation".into(), serde_json::json!(op));
     s.insert("streams".into(), serde_json::json!(p.streams));
     s.insert("records_per_batch".into(), serde_json::json!(p.batch()));
+    s.insert("pairing".into(), serde_json::json!(p.pairing()));
+    s.insert("keep_batches".into(), serde_json::json!(p.keep_batches));
     if !all_lat.is_empty() {
         latency_summary("flight_batch_latency", &all_lat, &mut s);
         s.insert(
@@ -350,7 +454,11 @@ pub fn run_with_binary(
                 gen_cert(&bin, &tls_dir)?;
             }
             let tls = p.tls.then_some(tls_dir.as_path());
-            let mut server = ServerChild::start(&bin, &addr, tls, start_timeout)?;
+            let serve: &[&str] = match p.server {
+                Implementation::Ours => &["serve", "--profile", p.profile.as_str()],
+                Implementation::Pyarrow => &["py-serve"],
+            };
+            let mut server = ServerChild::start(&bin, serve, &addr, tls, start_timeout)?;
             let ca = tls_dir.join("ca.pem");
             let args = bench_args(p, &server.addr, p.tls.then_some(ca.as_path()), ctx.seed);
             let lines = run_client(&bin, &args, timeout);
@@ -379,6 +487,7 @@ pub fn run_with_binary(
             let t0 = Instant::now();
             let mut server = ServerChild::start(
                 &bin,
+                &["serve", "--profile", p.profile.as_str()],
                 &addr,
                 p.tls.then_some(tls_dir.as_path()),
                 start_timeout,
@@ -507,6 +616,29 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+        assert_eq!(
+            field(r#"{"client":"pyarrow","operation":"exchange"}"#),
+            "client"
+        );
+        assert_eq!(
+            field(r#"{"server":"pyarrow","role":"server","address":"10.0.0.1:5"}"#),
+            "server"
+        );
+    }
+
+    #[test]
+    fn a_pyarrow_client_runs_py_bench_with_the_same_payload_and_profile() {
+        let p = params(
+            r#"{"client":"pyarrow","profile":"defaults","keep_batches":true,"records_per_stream":99}"#,
+        );
+        let a = bench_args(&p, "127.0.0.1:5", None, 7);
+        assert_eq!(a[0], "py-bench");
+        let after = |flag: &str| a.iter().position(|x| x == flag).map(|i| a[i + 1].clone());
+        assert_eq!(after("--profile").as_deref(), Some("defaults"));
+        assert_eq!(after("--records-per-stream").as_deref(), Some("99"));
+        assert!(a.contains(&"--keep-batches".to_string()));
+        assert_eq!(after("--threads"), None, "pyarrow runs a thread per stream");
+        assert_eq!(p.pairing(), "pyarrow→ours");
     }
 
     #[test]
@@ -542,7 +674,7 @@ mod tests {
 
     #[test]
     fn a_missing_summary_or_stream_is_an_error() {
-        let p = params(r#"{"streams":2}"#);
+        let p = params(r#"{"streams":2,"records_per_stream":1}"#);
         let stream: BenchLine = serde_json::from_value(serde_json::json!({
             "type": "stream", "op": "get", "stream": 0, "bytes": 32, "records": 1,
             "batches": 1, "seconds": 1.0, "mb_per_s": 0.5, "latencies_ns": [5],
@@ -570,8 +702,25 @@ mod tests {
         if let BenchLine::Stream(s) = &mut second {
             s.stream = 1;
         }
-        let s = record(&p, &[stream, second, summary], &ctx(1, sink.clone())).unwrap();
+        let s = record(
+            &p,
+            &[stream.clone(), second, summary.clone()],
+            &ctx(1, sink.clone()),
+        )
+        .unwrap();
         assert_eq!(s["records"], 2);
+        // A short stream fails the point, naming the pairing.
+        let mut short = stream.clone();
+        if let BenchLine::Stream(s) = &mut short {
+            s.stream = 1;
+            s.records = 0;
+        }
+        let e = record(&p, &[stream, short, summary], &ctx(1, sink.clone())).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("stream 1 (ours→ours) moved 0 records, 1 expected"),
+            "{e}"
+        );
         assert_eq!(s["settings"]["tcp_nodelay"], true);
         assert_eq!(s["latency_sample_stride"], 1);
     }
@@ -607,6 +756,39 @@ mod tests {
         assert!(s["mb_per_s"].as_f64().unwrap() > 0.0);
         assert!(s.contains_key("flight_batch_latency_p99_ns"));
         assert_eq!(s["settings"]["tcp_nodelay"], serde_json::json!(true));
+    }
+
+    /// Needs pyarrow (`./x setup` installs it).
+    #[test]
+    fn all_four_pairings_move_the_same_records_under_both_profiles() {
+        for (op, profile) in [("get", "tuned"), ("put", "defaults")] {
+            for client in ["ours", "pyarrow"] {
+                for server in ["ours", "pyarrow"] {
+                    let p = params(&format!(
+                        r#"{{"operation":"{op}","client":"{client}","server":"{server}","profile":"{profile}","records_per_stream":10000,"streams":2}}"#
+                    ));
+                    let (s, chunks) = run_with_real_binary(p);
+                    let what = format!("{client}→{server} {op} {profile}");
+                    assert_eq!(s["pairing"], format!("{client}→{server}"), "{what}");
+                    assert_eq!(s["records"], serde_json::json!(20_000), "{what}");
+                    let by = s["settings"]["implementation"].as_str();
+                    if client == "pyarrow" {
+                        assert_eq!(by, Some("pyarrow"), "{what}: {s:?}");
+                        assert_eq!(s["settings"]["profile"], profile, "{what}");
+                    } else {
+                        // Ours records its settings: the defaults profile's windows.
+                        let window = s["settings"]["stream_window_bytes"].as_u64();
+                        let want = if profile == "defaults" { 65_535 } else { 32 << 20 };
+                        assert_eq!(window, Some(want), "{what}");
+                    }
+                    let thr = chunks
+                        .iter()
+                        .filter(|c| c.metric == "flight_throughput" && c.values[0] > 0.0)
+                        .count();
+                    assert_eq!(thr, 2, "{what}");
+                }
+            }
+        }
     }
 
     #[test]

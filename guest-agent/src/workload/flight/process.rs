@@ -23,15 +23,17 @@ pub(super) struct ServerChild {
 }
 
 impl ServerChild {
-    /// Starts the server and waits up to `timeout` for its [`ServeReady`] line.
+    /// Starts `bin SUBCOMMAND… --addr ADDR` (`serve`, or `py-serve` for
+    /// pyarrow's server) and waits up to `timeout` for its [`ServeReady`] line.
     pub(super) fn start(
         bin: &Path,
+        subcommand: &[&str],
         addr: &str,
         tls_dir: Option<&Path>,
         timeout: Duration,
     ) -> Result<Self, WorkloadError> {
         let mut cmd = Command::new(bin);
-        cmd.args(["serve", "--addr", addr]);
+        cmd.args(subcommand).args(["--addr", addr]);
         if let Some(d) = tls_dir {
             cmd.arg("--tls-dir").arg(d);
         }
@@ -56,7 +58,8 @@ impl ServerChild {
         let line = rx.recv_timeout(timeout).unwrap_or_default();
         let ready: Result<ServeReady, WorkloadError> = if line.trim().is_empty() {
             Err(other(format!(
-                "testbed-flight serve --addr {addr} did not start within {timeout:?}"
+                "testbed-flight {} --addr {addr} did not start within {timeout:?}",
+                subcommand.join(" ")
             )))
         } else {
             child::json_line(&line, "testbed-flight serve")
@@ -158,7 +161,7 @@ mod tests {
     #[test]
     fn a_server_reports_where_it_listens_and_stops() {
         let bin = super::super::real_binary();
-        let mut s = ServerChild::start(&bin, "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
+        let mut s = ServerChild::start(&bin, &["serve"], "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
         let addr: std::net::SocketAddr = s.addr.parse().unwrap();
         assert_ne!(addr.port(), 0);
         s.stop();
@@ -168,7 +171,7 @@ mod tests {
     #[test]
     fn a_server_that_cannot_start_is_an_error_with_its_stderr() {
         let bin = super::super::real_binary();
-        let e = ServerChild::start(&bin, "not-an-address", None, Duration::from_secs(60))
+        let e = ServerChild::start(&bin, &["serve"], "not-an-address", None, Duration::from_secs(60))
             .err()
             .unwrap();
         let e = e.to_string();
@@ -179,7 +182,7 @@ mod tests {
     #[test]
     fn a_server_leads_its_own_process_group_and_is_gone_after_drop() {
         let bin = super::super::real_binary();
-        let s = ServerChild::start(&bin, "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
+        let s = ServerChild::start(&bin, &["serve"], "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
         let pid = s.child.id() as i32;
         // SAFETY: getpgid has no memory preconditions.
         assert_eq!(unsafe { libc::getpgid(pid) }, pid);
