@@ -674,8 +674,24 @@ fn flight_between_two_vms_on_a_socket_link() {
     );
     assert_eq!(boot["hello"]["net"], "eth0 169.254.10.2/16");
     for p in points(&m) {
-        assert!(p["summary"]["mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
-        assert_eq!(p["summary"]["records"].as_f64().unwrap(), 100000.0, "{p}");
+        let s = &p["summary"];
+        assert!(s["mb_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert_eq!(s["records"].as_f64().unwrap(), 100000.0, "{p}");
+        // iperf3 measured the link both ways in this boot; the share is
+        // the point's rate over the link's in its data's direction.
+        let link = s["link_mb_per_s"].as_f64().unwrap();
+        assert!(link > 0.0, "{p}");
+        let want = if p["params"]["operation"] == "get" {
+            s["link_to_client_mb_per_s"].as_f64().unwrap()
+        } else {
+            s["link_to_server_mb_per_s"].as_f64().unwrap()
+        };
+        assert_eq!(link, want, "{p}");
+        let share = s["link_share"].as_f64().unwrap();
+        assert!(
+            (share - s["mb_per_s"].as_f64().unwrap() / link).abs() < 1e-9,
+            "{p}"
+        );
     }
     assert!(out.join("console-server.log").exists() && out.join("console-client.log").exists());
     assert!(qemus_of_run(&out).is_empty(), "both VMs ended");

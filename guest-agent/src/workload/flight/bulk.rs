@@ -155,6 +155,19 @@ pub struct FlightBulkParams {
     /// default both drop each batch once counted.
     #[serde(default)]
     pub keep_batches: bool,
+    /// Pair topology: the server runs iperf3 beside Flight, and the
+    /// client measures the link both ways before each point (same boot)
+    /// and reports its rate as a share of it (`link_share`). Needs iperf3
+    /// in the guest (`[image] include = ["iperf3"]`).
+    #[serde(default)]
+    pub measure_link: bool,
+    /// Seconds of each iperf3 direction.
+    #[serde(default = "default_link_seconds")]
+    pub link_seconds: u32,
+}
+
+fn default_link_seconds() -> u32 {
+    2
 }
 
 fn default_records() -> u64 {
@@ -232,6 +245,15 @@ impl FlightBulkParams {
         }
         if self.max_latency_samples == 0 {
             return Err(ParamError::new("max_latency_samples", "must be at least 1"));
+        }
+        if self.measure_link && self.role == Role::Local {
+            return Err(ParamError::new(
+                "measure_link",
+                "measures the link between the pair's VMs: the server and client roles only",
+            ));
+        }
+        if !(1..=600).contains(&self.link_seconds) {
+            return Err(ParamError::new("link_seconds", "must be 1..=600"));
         }
         for (field, side) in [("client", self.client), ("server", self.server)] {
             if side != Implementation::Pyarrow {
@@ -412,12 +434,44 @@ pub fn record(
     Ok(s)
 }
 
+/// The link's rates as samples and summary, and the point's rate as a
+/// share of the link in its data's direction (DoGet: server to client;
+/// DoPut: client to server; DoExchange: the slower way).
+fn record_link(p: &FlightBulkParams, l: &super::link::Link, ctx: &JobContext, s: &mut Summary) {
+    for (direction, v) in [
+        ("to-server", l.to_server_mb_per_s),
+        ("to-client", l.to_client_mb_per_s),
+    ] {
+        let tags = BTreeMap::from([("direction".to_string(), direction.to_string())]);
+        ctx.emit_samples("link_throughput", "MB/s", 0, &tags, &[v]);
+    }
+    let link = match p.operation {
+        Operation::Get => l.to_client_mb_per_s,
+        Operation::Put => l.to_server_mb_per_s,
+        Operation::Exchange => l.to_client_mb_per_s.min(l.to_server_mb_per_s),
+    };
+    s.insert("link_to_server_mb_per_s".into(), serde_json::json!(l.to_server_mb_per_s));
+    s.insert("link_to_client_mb_per_s".into(), serde_json::json!(l.to_client_mb_per_s));
+    s.insert("link_mb_per_s".into(), serde_json::json!(link));
+    let rate = s.get("mb_per_s").and_then(|v| v.as_f64()).unwrap_or(0.0);
+    if link > 0.0 {
+        s.insert("link_share".into(), serde_json::json!(rate / link));
+    }
+}
+
 /// The server a `serve_seconds = 0` job leaves serving after it ends: the
 /// pair topology's server VM runs that job once per boot, and the client
 /// VM's points use the server after. A guard, not a detached process: the
 /// next server job stops it, as does [`stop_boot_server`], and the kernel
 /// kills it with the thread that ran the job (the agent's job loop).
-static BOOT_SERVER: Mutex<Option<ServerChild>> = Mutex::new(None);
+static BOOT_SERVER: Mutex<Option<BootService>> = Mutex::new(None);
+
+/// A boot's servers: Flight, and iperf3 when the link is measured. Both
+/// are stopped on drop.
+struct BootService {
+    _flight: ServerChild,
+    _iperf: Option<testbed_proc::Group>,
+}
 
 /// Stops the server a `serve_seconds = 0` job left serving, if any (for
 /// the agent to call when the host ends the boot).
@@ -467,10 +521,25 @@ pub fn run_with_binary(
         }
         Role::Client => {
             let server = p.address.clone().unwrap_or_default();
+            // The link first, in this boot, untimed by the Flight clock.
+            let link = if p.measure_link {
+                let ip = server
+                    .parse::<std::net::SocketAddr>()
+                    .map_err(|e| other(format!("address {server:?}: {e}")))?
+                    .ip()
+                    .to_string();
+                Some(super::link::measure(&ip, p.link_seconds)?)
+            } else {
+                None
+            };
             let ca = p.tls_dir.as_ref().map(|d| Path::new(d).join("ca.pem"));
             let args = bench_args(p, &server, ca.as_deref(), ctx.seed);
             let lines = run_client(&bin, &args, timeout)?;
-            record(p, &lines, ctx)
+            let mut s = record(p, &lines, ctx)?;
+            if let Some(l) = link {
+                record_link(p, &l, ctx, &mut s);
+            }
+            Ok(s)
         }
         Role::Server => {
             let scratch = Scratch::new(ctx.job_id)?;
@@ -492,6 +561,12 @@ pub fn run_with_binary(
                 p.tls.then_some(tls_dir.as_path()),
                 start_timeout,
             )?;
+            // The iperf3 server lives exactly as long as the Flight server.
+            let iperf = if p.measure_link {
+                Some(super::link::start_server()?)
+            } else {
+                None
+            };
             if p.serve_seconds == 0 {
                 // A service for the rest of the boot (the pair topology's
                 // server VM), held where the next server job or
@@ -499,8 +574,12 @@ pub fn run_with_binary(
                 let mut s = Summary::new();
                 s.insert("address".into(), serde_json::json!(server.addr));
                 s.insert("boot_service".into(), serde_json::json!(true));
+                s.insert("iperf3".into(), serde_json::json!(iperf.is_some()));
                 if let Ok(mut slot) = BOOT_SERVER.lock() {
-                    *slot = Some(server);
+                    *slot = Some(BootService {
+                        _flight: server,
+                        _iperf: iperf,
+                    });
                 }
                 return Ok(s);
             }
@@ -519,6 +598,7 @@ pub fn run_with_binary(
                 )));
             }
             server.stop();
+            drop(iperf);
             let mut s = Summary::new();
             s.insert(
                 "served_seconds".into(),
@@ -541,8 +621,16 @@ impl crate::workload::WorkloadParams for FlightBulkParams {
         run(self, ctx)
     }
     fn needs(&self) -> crate::workload::Needs {
+        let mut host_steps = Vec::new();
+        if self.client == Implementation::Pyarrow || self.server == Implementation::Pyarrow {
+            host_steps.push("pyarrow");
+        }
+        if self.measure_link {
+            host_steps.push("iperf3");
+        }
         crate::workload::Needs {
             helpers: vec![registry::FLIGHT],
+            host_steps,
             ..Default::default()
         }
     }
@@ -552,6 +640,9 @@ impl crate::workload::WorkloadParams for FlightBulkParams {
             M::raw("flight_throughput", "MB/s", &["op", "stream"]),
             M::raw("flight_batch_latency", "ns", &["op", "stream"]),
             M::summary("mb_per_s", "MB/s", &[]),
+            M::raw("link_throughput", "MB/s", &["direction"]),
+            M::summary("link_mb_per_s", "MB/s", &[]),
+            M::summary("link_share", "", &[]),
         ]
     }
 }

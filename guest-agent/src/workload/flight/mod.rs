@@ -9,6 +9,7 @@
 //! - process.rs: the server child, certificates, the loopback interface.
 
 mod bulk;
+mod link;
 mod process;
 mod query;
 
