@@ -46,8 +46,9 @@ pub enum FlightCommand {
         #[arg(long)]
         tls_dir: Option<PathBuf>,
     },
-    /// pyarrow's Flight client on the bulk benchmark; lines as `bench --json`.
-    PyBench(crate::pyarrow::PyBenchArgs),
+    /// pyarrow's Flight client on the bulk benchmark: `bench`'s flags, lines
+    /// as `bench --json`.
+    PyBench(BenchArgs),
     /// Query comparison: PostgreSQL via ODBC (row, block), libpq, Flight SQL.
     Query(crate::query::QueryArgs),
     /// The query comparison's Flight SQL server on its own (a fresh

@@ -165,36 +165,6 @@ pub fn start_server(
     ChildServer::spawn(cmd, Duration::from_secs(30))
 }
 
-use crate::settings::Profile;
-
-/// `testbed-flight py-bench`: pyarrow's Flight client on the bulk
-/// benchmark, printing `bench --json`'s lines.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PyBenchArgs {
-    #[arg(long)]
-    pub server: String,
-    #[arg(long, value_enum, default_value = "get")]
-    pub op: crate::settings::Op,
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
-    #[arg(long, default_value_t = 200_980)]
-    pub records_per_stream: u64,
-    #[arg(long = "batch", default_value_t = 4096)]
-    pub records_per_batch: u32,
-    #[arg(long, value_enum, default_value = "none")]
-    pub compression: crate::settings::Compression,
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    #[arg(long)]
-    pub verify: bool,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    #[arg(long)]
-    pub keep_batches: bool,
-    #[arg(long, value_enum, default_value = "tuned")]
-    pub profile: Profile,
-}
-
 /// Runs `python pyarrow_server.py` (its ready line on our stdout) until
 /// it exits or we get SIGINT/SIGTERM; the scripts' directory goes either way.
 pub fn serve_cli(addr: &str, tls_dir: Option<&Path>) -> anyhow::Result<()> {
@@ -215,15 +185,24 @@ pub fn serve_cli(addr: &str, tls_dir: Option<&Path>) -> anyhow::Result<()> {
     }
 }
 
-/// Runs `python pyarrow_client.py` with `a`'s arguments; its JSON lines
-/// go to our stdout.
-pub fn bench_cli(a: &PyBenchArgs) -> anyhow::Result<()> {
-    use crate::settings::Op;
-    let op = match a.op {
+/// Runs `python pyarrow_client.py` with `bench`'s arguments (what pyarrow
+/// can take: not --threads, one per stream, nor single transport flags,
+/// only --profile); its JSON lines go to our stdout.
+pub fn bench_cli(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
+    use crate::settings::{Op, TransportSettings};
+    let op = match if a.put { Op::Put } else { a.op } {
         Op::Get => "get",
         Op::Put => "put",
         Op::Exchange => anyhow::bail!("the pyarrow client runs get and put, not exchange"),
     };
+    if a.threads != 0 && a.threads != a.streams {
+        anyhow::bail!("the pyarrow client runs one thread per stream: drop --threads");
+    }
+    if a.settings != TransportSettings::default() {
+        anyhow::bail!(
+            "the pyarrow client takes --profile tuned|defaults, not single transport flags"
+        );
+    }
     let python = python();
     check(&python)?;
     let scripts = Scripts::write()?;

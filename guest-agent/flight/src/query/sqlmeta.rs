@@ -8,11 +8,12 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::sql::SqlInfo;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::{ProstMessageExt, SqlInfo};
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::TryStreamExt;
-use tonic::Status;
+use prost::Message;
+use tonic::{Request, Response, Status};
 
 use super::libpq::pg_err;
 use super::sqlserver::{DoGetStream, Source, arrow_type};
@@ -43,30 +44,32 @@ pub fn sql_info() -> Result<SqlInfoData, Status> {
 }
 
 /// A FlightInfo whose one endpoint's ticket is `command` itself (the
-/// metadata commands carry everything DoGet needs).
-pub fn info_for(
-    command: Vec<u8>,
+/// metadata commands and prepared statements carry everything DoGet needs).
+pub fn info_response(
+    command: &impl ProstMessageExt,
     schema: &Schema,
-    descriptor: FlightDescriptor,
-) -> Result<FlightInfo, Status> {
-    Ok(FlightInfo::new()
+    request: Request<FlightDescriptor>,
+) -> Result<Response<FlightInfo>, Status> {
+    let ticket = Ticket::new(command.as_any().encode_to_vec());
+    let info = FlightInfo::new()
         .try_with_schema(schema)
         .map_err(|e| Status::internal(e.to_string()))?
-        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(command)))
-        .with_descriptor(descriptor))
+        .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+        .with_descriptor(request.into_inner());
+    Ok(Response::new(info))
 }
 
-/// One batch as a DoGet stream.
+/// One batch as a DoGet response.
 pub fn one_batch<E: std::fmt::Display>(
     schema: SchemaRef,
     batch: Result<RecordBatch, E>,
-) -> Result<DoGetStream, Status> {
+) -> Result<Response<DoGetStream>, Status> {
     let batch = batch.map_err(|e| Status::internal(e.to_string()))?;
     let stream = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(futures::stream::once(async { Ok(batch) }))
         .map_err(Status::from);
-    Ok(Box::pin(stream))
+    Ok(Response::new(Box::pin(stream)))
 }
 
 fn pg_status(what: &str, e: tokio_postgres::Error) -> Status {

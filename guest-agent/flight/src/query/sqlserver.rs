@@ -436,8 +436,7 @@ impl FlightSqlService for SqlService {
             .prepared
             .sql_and_params(&cmd.prepared_statement_handle)?;
         let schema = self.schema_of(&sql).await?;
-        let info = sqlmeta::info_for(cmd.as_any().encode_to_vec(), &schema, request.into_inner())?;
-        Ok(Response::new(info))
+        sqlmeta::info_response(&cmd, &schema, request)
     }
 
     async fn do_get_prepared_statement(
@@ -467,12 +466,7 @@ impl FlightSqlService for SqlService {
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         let data = sqlmeta::sql_info()?;
         let schema = query.clone().into_builder(&data).schema();
-        let info = sqlmeta::info_for(
-            query.as_any().encode_to_vec(),
-            &schema,
-            request.into_inner(),
-        )?;
-        Ok(Response::new(info))
+        sqlmeta::info_response(&query, &schema, request)
     }
 
     async fn do_get_sql_info(
@@ -482,7 +476,7 @@ impl FlightSqlService for SqlService {
     ) -> std::result::Result<Response<DoGetStream>, Status> {
         let data = sqlmeta::sql_info()?;
         let b = query.into_builder(&data);
-        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+        sqlmeta::one_batch(b.schema(), b.build())
     }
 
     async fn get_flight_info_catalogs(
@@ -491,12 +485,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         let schema = query.into_builder().schema();
-        let info = sqlmeta::info_for(
-            query.as_any().encode_to_vec(),
-            &schema,
-            request.into_inner(),
-        )?;
-        Ok(Response::new(info))
+        sqlmeta::info_response(&query, &schema, request)
     }
 
     async fn do_get_catalogs(
@@ -508,7 +497,7 @@ impl FlightSqlService for SqlService {
         for c in sqlmeta::catalogs(&self.source).await? {
             b.append(c);
         }
-        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+        sqlmeta::one_batch(b.schema(), b.build())
     }
 
     async fn get_flight_info_schemas(
@@ -517,12 +506,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder().schema();
-        let info = sqlmeta::info_for(
-            query.as_any().encode_to_vec(),
-            &schema,
-            request.into_inner(),
-        )?;
-        Ok(Response::new(info))
+        sqlmeta::info_response(&query, &schema, request)
     }
 
     async fn do_get_schemas(
@@ -534,7 +518,7 @@ impl FlightSqlService for SqlService {
         for (catalog, schema) in sqlmeta::schemas(&self.source).await? {
             b.append(catalog, schema);
         }
-        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+        sqlmeta::one_batch(b.schema(), b.build())
     }
 
     async fn get_flight_info_tables(
@@ -543,12 +527,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder().schema();
-        let info = sqlmeta::info_for(
-            query.as_any().encode_to_vec(),
-            &schema,
-            request.into_inner(),
-        )?;
-        Ok(Response::new(info))
+        sqlmeta::info_response(&query, &schema, request)
     }
 
     async fn do_get_tables(
@@ -564,7 +543,7 @@ impl FlightSqlService for SqlService {
             b.append(&t.catalog, &t.schema, &t.name, &t.kind, columns)
                 .map_err(internal)?;
         }
-        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+        sqlmeta::one_batch(b.schema(), b.build())
     }
 
     async fn get_flight_info_table_types(
@@ -573,12 +552,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         let schema = query.into_builder().schema();
-        let info = sqlmeta::info_for(
-            query.as_any().encode_to_vec(),
-            &schema,
-            request.into_inner(),
-        )?;
-        Ok(Response::new(info))
+        sqlmeta::info_response(&query, &schema, request)
     }
 
     async fn do_get_table_types(
@@ -590,7 +564,7 @@ impl FlightSqlService for SqlService {
         for t in sqlmeta::TABLE_TYPES {
             b.append(t);
         }
-        Ok(Response::new(sqlmeta::one_batch(b.schema(), b.build())?))
+        sqlmeta::one_batch(b.schema(), b.build())
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

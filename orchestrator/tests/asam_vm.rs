@@ -1,15 +1,19 @@
-//! asam-preproc in the VM, as `reproduce --quick` runs it: `testbed run
-//! experiments/arrowsam/asam-preproc-quick.toml` boots the debian-cloud
-//! kernel with the `bookworm-asam` guest image, formats the scratch NVMe
-//! device as ext4 for every tool's output, prepares the tiny data set in
-//! the guest (bwa mem) and times Picard, Sambamba, samtools and ArrowSAM
-//! with the Debian tools inside the guest. Every point must succeed with
-//! ArrowSAM's correctness gates passed and every tool finding the same
-//! duplicates; `testbed check` must then leave a Picard claim undecided
-//! unless one JVM start-up was small beside the work (`requires`).
+//! ArrowSAM in the VM, as CI and `reproduce --quick` run it: `testbed run`
+//! of the quick specs boots the debian-cloud kernel with the
+//! `bookworm-asam` guest image (built by mmdebstrap when not cached),
+//! formats the scratch NVMe device as ext4, and runs the tiny data set
+//! with the Debian tools inside the guest.
 //!
-//! Ignored (builds the image once, boots a VM, ~3 min under TCG); `./x
-//! test` runs it.
+//! - asam-workflow-quick: all four placements; ArrowSAM's correctness
+//!   gates against samtools sort and Picard MarkDuplicates must pass, and
+//!   every placement must end with the same records.
+//! - asam-preproc-quick: Picard, Sambamba, samtools and ArrowSAM on the
+//!   same SAM; the gates ran over every record, every tool finds the same
+//!   duplicates, and `testbed check` leaves a Picard claim undecided
+//!   unless one JVM start-up was small beside the work (`requires`).
+//!
+//! Ignored (builds the image once, boots VMs, minutes under TCG); `./x
+//! test` runs them.
 
 use std::path::Path;
 use std::process::Command;
@@ -32,12 +36,10 @@ fn testbed(args: &[&std::ffi::OsStr]) -> (bool, String) {
     (o.status.success(), text)
 }
 
-#[test]
-#[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM (minutes under TCG)"]
-fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    let spec = repo().join("experiments/arrowsam/asam-preproc-quick.toml");
+/// `testbed run experiments/arrowsam/SPEC --out OUT`, which must succeed;
+/// its manifest.
+fn run_quick_spec(spec: &str, out: &Path) -> serde_json::Value {
+    let spec = repo().join("experiments/arrowsam").join(spec);
     let started = Instant::now();
     let (ok, text) = testbed(&[
         "run".as_ref(),
@@ -50,8 +52,55 @@ fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
         started.elapsed().as_secs_f64()
     );
     assert!(ok, "{text}");
-    let m: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+#[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM (minutes under TCG)"]
+fn the_quick_workflow_runs_every_placement_in_the_vm_and_passes_its_gates() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = run_quick_spec("asam-workflow-quick.toml", &dir.path().join("run"));
+    let points = m["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "{points:?}");
+    let mut records = Vec::new();
+    for p in points {
+        assert_eq!(p["ok"], true, "{p}");
+        let placement = p["params"]["placement"].as_str().unwrap_or_default();
+        let summary = &p["summary"];
+        let checks: Vec<&str> = summary["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c.as_str())
+            .collect();
+        if placement == "arrowsam" {
+            assert!(
+                checks.iter().any(|c| c.starts_with("order:"))
+                    && checks.iter().any(|c| c.starts_with("duplicates:")),
+                "{checks:?}"
+            );
+        }
+        records.push(summary["records"].as_u64().unwrap());
+        // Under TCG the guest has no PMU: said, not drawn as zeros.
+        if m["accel"]["used"] == "tcg" {
+            let why = summary["cache_misses_unavailable"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(why.contains("no hardware PMU"), "{summary}");
+        }
+    }
+    assert!(
+        records.iter().all(|r| *r == records[0] && *r > 0),
+        "{records:?}"
+    );
+}
+
+#[test]
+#[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM (minutes under TCG)"]
+fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let m = run_quick_spec("asam-preproc-quick.toml", &out);
     assert_eq!(m["executor"], "qemu");
     assert!(
         m["inputs"]["rootfs"]["key"]
