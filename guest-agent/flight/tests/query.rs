@@ -7,8 +7,9 @@ use testbed_flight::query::{self, QueryArgs, QueryClient};
 
 fn clients() -> Vec<QueryClient> {
     let mut c = vec![
-        QueryClient::Libpq,
+        QueryClient::TokioPostgres,
         QueryClient::FlightSql,
+        QueryClient::FlightSqlRows,
         QueryClient::FlightSqlParquet,
     ];
     if cfg!(feature = "odbc") {
@@ -69,7 +70,7 @@ fn a_pre_created_run_dir_in_tmp_is_not_used() {
     let r = query::run(&QueryArgs {
         rows: vec![10],
         table_rows: Some(10),
-        clients: vec![QueryClient::Libpq],
+        clients: vec![QueryClient::TokioPostgres],
         repetitions: 1,
         seed: 1,
         batch_rows: 4096,

@@ -81,11 +81,12 @@ pub struct QueryLine<Client = String, Checksum = serde_json::Value> {
 }
 
 /// The names of `query --clients` (`query::QueryClient` serialised).
-pub const QUERY_CLIENTS: [&str; 5] = [
+pub const QUERY_CLIENTS: [&str; 6] = [
     "odbc-row",
     "odbc-block",
-    "libpq",
+    "tokio-postgres",
     "flight-sql",
+    "flight-sql-rows",
     "flight-sql-parquet",
 ];
 

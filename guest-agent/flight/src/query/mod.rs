@@ -7,6 +7,7 @@ pub mod libpq;
 #[cfg(feature = "odbc")]
 pub mod odbc;
 pub mod pg;
+pub mod pgarrow;
 pub mod serve;
 pub mod sqlmeta;
 pub mod sqlparams;
@@ -31,10 +32,14 @@ pub enum QueryClient {
     OdbcRow,
     /// ODBC with bound columnar buffers: the turbodbc way.
     OdbcBlock,
-    /// tokio-postgres (PostgreSQL wire protocol, binary rows).
-    Libpq,
-    /// Flight SQL server that reads PostgreSQL (protocol effect).
+    /// tokio-postgres: PostgreSQL's wire protocol, binary rows (what a
+    /// libpq client reads; this is not libpq itself).
+    TokioPostgres,
+    /// Flight SQL server that reads PostgreSQL with binary COPY into Arrow.
     FlightSql,
+    /// Flight SQL server that reads PostgreSQL's binary rows (the extended
+    /// query protocol), so COPY's share of the difference shows.
+    FlightSqlRows,
     /// Flight SQL server that reads Parquet (source effect).
     FlightSqlParquet,
 }
@@ -44,8 +49,9 @@ impl QueryClient {
         match self {
             QueryClient::OdbcRow => "odbc-row",
             QueryClient::OdbcBlock => "odbc-block",
-            QueryClient::Libpq => "libpq",
+            QueryClient::TokioPostgres => "tokio-postgres",
             QueryClient::FlightSql => "flight-sql",
+            QueryClient::FlightSqlRows => "flight-sql-rows",
             QueryClient::FlightSqlParquet => "flight-sql-parquet",
         }
     }
@@ -63,7 +69,7 @@ pub struct QueryArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "odbc-row,odbc-block,libpq,flight-sql,flight-sql-parquet"
+        default_value = "odbc-row,odbc-block,tokio-postgres,flight-sql,flight-sql-rows,flight-sql-parquet"
     )]
     pub clients: Vec<QueryClient>,
     #[arg(long, default_value_t = 1)]
@@ -183,18 +189,30 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         settings: settings.clone(),
         tls_dir: None,
     };
-    let (sql_pg, sql_parquet) = server_rt.block_on(async {
-        let client = Arc::new(libpq::connect(&conn).await?);
-        let a1 = sqlserver::start(&cfg, sqlserver::Source::Postgres(client), a.batch_rows).await?;
-        let a2 = sqlserver::start(
+    let (sql_pg, sql_rows, sql_parquet) = server_rt.block_on(async {
+        let mut sources = Vec::new();
+        for read in [sqlserver::PgRead::BinaryCopy, sqlserver::PgRead::Rows] {
+            let client = Arc::new(libpq::connect(&conn).await?);
+            sources.push(sqlserver::Source::Postgres(sqlserver::Pg { client, read }));
+        }
+        let (Some(rows), Some(copy)) = (sources.pop(), sources.pop()) else {
+            return Err(FlightError::Other("two PostgreSQL sources".into()));
+        };
+        let a1 = sqlserver::start(&cfg, copy, a.batch_rows).await?;
+        let a2 = sqlserver::start(&cfg, rows, a.batch_rows).await?;
+        let a3 = sqlserver::start(
             &cfg,
             sqlserver::Source::Parquet(parquet_path.clone()),
             a.batch_rows,
         )
         .await?;
-        Ok::<_, FlightError>((a1, a2))
+        Ok::<_, FlightError>((a1, a2, a3))
     })?;
-    let (pg_addr, pq_addr) = (sql_pg.addr.to_string(), sql_parquet.addr.to_string());
+    let (pg_addr, rows_addr, pq_addr) = (
+        sql_pg.addr.to_string(),
+        sql_rows.addr.to_string(),
+        sql_parquet.addr.to_string(),
+    );
 
     let mut measurements = Vec::new();
     for &n in &a.rows {
@@ -218,9 +236,12 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
                     QueryClient::OdbcRow | QueryClient::OdbcBlock => {
                         Err(FlightError::Param("built without ODBC".into()))
                     }
-                    QueryClient::Libpq => rt.block_on(libpq::fetch(&conn, &sql)),
+                    QueryClient::TokioPostgres => rt.block_on(libpq::fetch(&conn, &sql)),
                     QueryClient::FlightSql => {
                         rt.block_on(sqlserver::fetch(&pg_addr, &sql, &settings))
+                    }
+                    QueryClient::FlightSqlRows => {
+                        rt.block_on(sqlserver::fetch(&rows_addr, &sql, &settings))
                     }
                     QueryClient::FlightSqlParquet => {
                         rt.block_on(sqlserver::fetch(&pq_addr, &sql, &settings))
@@ -242,8 +263,9 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     }
     server_rt.block_on(async {
         let r1 = sql_pg.stop().await;
-        let r2 = sql_parquet.stop().await;
-        r1.and(r2)
+        let r2 = sql_rows.stop().await;
+        let r3 = sql_parquet.stop().await;
+        r1.and(r2).and(r3)
     })?;
     pg.stop()?;
     Ok(QueryReport {

@@ -17,7 +17,8 @@ use crate::settings::TransportSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SourceKind {
-    /// Statements run in PostgreSQL; rows become Arrow batches.
+    /// Statements run in PostgreSQL, results read with binary COPY (rows
+    /// for statements with bound parameters) into Arrow batches.
     Postgres,
     /// `SELECT * FROM nyc_taxi [LIMIT n]` from the Parquet file.
     Parquet,
@@ -57,9 +58,10 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
             .await
             .context("load the taxi table")?;
         let source = match a.source {
-            SourceKind::Postgres => {
-                sqlserver::Source::Postgres(Arc::new(libpq::connect(&conn).await?))
-            }
+            SourceKind::Postgres => sqlserver::Source::Postgres(sqlserver::Pg {
+                client: Arc::new(libpq::connect(&conn).await?),
+                read: sqlserver::PgRead::BinaryCopy,
+            }),
             SourceKind::Parquet => {
                 let path = dir.path().join(format!("{}.parquet", taxi::TABLE));
                 super::write_parquet(&path, a.seed, a.rows)?;

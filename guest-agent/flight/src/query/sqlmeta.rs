@@ -16,7 +16,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::libpq::pg_err;
-use super::sqlserver::{DoGetStream, Source, arrow_type};
+use super::sqlserver::{DoGetStream, Pg, Source, arrow_type};
 use super::taxi::TABLE;
 
 /// The catalog and schema the Parquet source's one table is listed under.
@@ -82,7 +82,7 @@ const USER_SCHEMAS: &str =
 
 pub async fn catalogs(source: &Source) -> Result<Vec<String>, Status> {
     match source {
-        Source::Postgres(c) => {
+        Source::Postgres(Pg { client: c, .. }) => {
             let row = c
                 .query_one("SELECT current_database()::text", &[])
                 .await
@@ -95,7 +95,7 @@ pub async fn catalogs(source: &Source) -> Result<Vec<String>, Status> {
 
 pub async fn schemas(source: &Source) -> Result<Vec<(String, String)>, Status> {
     match source {
-        Source::Postgres(c) => {
+        Source::Postgres(Pg { client: c, .. }) => {
             let sql = format!(
                 "SELECT catalog_name::text, schema_name::text FROM information_schema.schemata WHERE {USER_SCHEMAS} ORDER BY 1, 2"
             );
@@ -121,7 +121,7 @@ pub struct TableRow {
 
 pub async fn tables(source: &Source, with_columns: bool) -> Result<Vec<TableRow>, Status> {
     match source {
-        Source::Postgres(c) => {
+        Source::Postgres(Pg { client: c, .. }) => {
             let sql = format!(
                 "SELECT table_catalog::text, table_schema::text, table_name::text, table_type::text \
                  FROM information_schema.tables WHERE {} ORDER BY 1, 2, 3",

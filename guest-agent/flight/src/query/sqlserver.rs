@@ -14,13 +14,9 @@
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
 
-use arrow::array::{
-    ArrayBuilder, ArrayRef, Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch,
-    StringBuilder, TimestampMicrosecondBuilder,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError as AfError;
@@ -42,14 +38,16 @@ use prost::Message;
 use tokio_postgres::types::Type;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::libpq::{micros, pg_err};
+use super::libpq::pg_err;
+use super::pgarrow;
+pub use super::pgarrow::arrow_type;
 use super::sqlmeta;
 use super::sqlparams::{PgParam, Prepared, Store};
 use super::taxi::TABLE;
 use crate::error::{FlightError, Result};
 use crate::server::{RunningServer, ServerConfig, start_service};
 
-type BatchStream = Pin<Box<dyn Stream<Item = std::result::Result<RecordBatch, AfError>> + Send>>;
+use pgarrow::BatchStream;
 pub type DoGetStream =
     <SqlService as arrow_flight::flight_service_server::FlightService>::DoGetStream;
 
@@ -58,8 +56,36 @@ pub type DoGetStream =
 const MAX_MESSAGE_DATA: usize = 2 << 20;
 
 pub enum Source {
-    Postgres(Arc<tokio_postgres::Client>),
+    Postgres(Pg),
     Parquet(PathBuf),
+}
+
+/// How the PostgreSQL source reads a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgRead {
+    /// `COPY (query) TO STDOUT (FORMAT binary)`, decoded into Arrow
+    /// (statements with bound parameters read rows: COPY takes none).
+    BinaryCopy,
+    /// The extended query protocol's binary rows (what a libpq-style
+    /// client reads), so COPY's effect can be told apart.
+    Rows,
+}
+
+pub struct Pg {
+    pub client: Arc<tokio_postgres::Client>,
+    pub read: PgRead,
+}
+
+/// The PostgreSQL types of `sql`'s result columns.
+async fn pg_types(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> std::result::Result<Vec<Type>, Status> {
+    let stmt = client
+        .prepare(sql)
+        .await
+        .map_err(|e| Status::invalid_argument(pg_err("prepare", e).to_string()))?;
+    Ok(stmt.columns().iter().map(|c| c.type_().clone()).collect())
 }
 
 pub struct SqlService {
@@ -70,23 +96,6 @@ pub struct SqlService {
 
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
-}
-
-/// Arrow type of a PostgreSQL column type this server can convert.
-pub fn arrow_type(t: &Type) -> std::result::Result<DataType, Status> {
-    Ok(match *t {
-        Type::INT2 => DataType::Int16,
-        Type::INT4 => DataType::Int32,
-        Type::INT8 => DataType::Int64,
-        Type::FLOAT8 => DataType::Float64,
-        Type::TEXT | Type::VARCHAR => DataType::Utf8,
-        Type::TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
-        _ => {
-            return Err(Status::unimplemented(format!(
-                "column type {t} is not converted"
-            )));
-        }
-    })
 }
 
 /// `LIMIT n` of the one query shape the Parquet source answers.
@@ -110,70 +119,6 @@ pub fn parse_parquet_query(sql: &str) -> std::result::Result<Option<usize>, Stat
     }
 }
 
-enum ColBuilder {
-    I16(Int16Builder),
-    I32(Int32Builder),
-    I64(Int64Builder),
-    F64(Float64Builder),
-    Text(StringBuilder),
-    Ts(TimestampMicrosecondBuilder),
-}
-
-impl ColBuilder {
-    fn new(t: &DataType, cap: usize) -> Self {
-        match t {
-            DataType::Int16 => ColBuilder::I16(Int16Builder::with_capacity(cap)),
-            DataType::Int32 => ColBuilder::I32(Int32Builder::with_capacity(cap)),
-            DataType::Int64 => ColBuilder::I64(Int64Builder::with_capacity(cap)),
-            DataType::Float64 => ColBuilder::F64(Float64Builder::with_capacity(cap)),
-            DataType::Timestamp(..) => {
-                ColBuilder::Ts(TimestampMicrosecondBuilder::with_capacity(cap))
-            }
-            _ => ColBuilder::Text(StringBuilder::with_capacity(cap, cap * 8)),
-        }
-    }
-
-    fn push(
-        &mut self,
-        row: &tokio_postgres::Row,
-        i: usize,
-    ) -> std::result::Result<(), tokio_postgres::Error> {
-        match self {
-            ColBuilder::I16(b) => b.append_option(row.try_get::<_, Option<i16>>(i)?),
-            ColBuilder::I32(b) => b.append_option(row.try_get::<_, Option<i32>>(i)?),
-            ColBuilder::I64(b) => b.append_option(row.try_get::<_, Option<i64>>(i)?),
-            ColBuilder::F64(b) => b.append_option(row.try_get::<_, Option<f64>>(i)?),
-            ColBuilder::Text(b) => b.append_option(row.try_get::<_, Option<&str>>(i)?),
-            ColBuilder::Ts(b) => {
-                b.append_option(row.try_get::<_, Option<SystemTime>>(i)?.map(micros))
-            }
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self) -> ArrayRef {
-        match self {
-            ColBuilder::I16(b) => Arc::new(b.finish()),
-            ColBuilder::I32(b) => Arc::new(b.finish()),
-            ColBuilder::I64(b) => Arc::new(b.finish()),
-            ColBuilder::F64(b) => Arc::new(b.finish()),
-            ColBuilder::Text(b) => Arc::new(b.finish()),
-            ColBuilder::Ts(b) => Arc::new(b.finish()),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            ColBuilder::I16(b) => b.len(),
-            ColBuilder::I32(b) => b.len(),
-            ColBuilder::I64(b) => b.len(),
-            ColBuilder::F64(b) => b.len(),
-            ColBuilder::Text(b) => b.len(),
-            ColBuilder::Ts(b) => b.len(),
-        }
-    }
-}
-
 impl SqlService {
     pub fn new(source: Source, batch_rows: usize) -> Self {
         SqlService {
@@ -191,8 +136,9 @@ impl SqlService {
     /// the Parquet source). Bad SQL is the client's: InvalidArgument.
     async fn describe(&self, sql: &str) -> std::result::Result<(SchemaRef, Vec<Type>), Status> {
         match &self.source {
-            Source::Postgres(client) => {
-                let stmt = client
+            Source::Postgres(pg) => {
+                let stmt = pg
+                    .client
                     .prepare(sql)
                     .await
                     .map_err(|e| Status::invalid_argument(pg_err("prepare", e).to_string()))?;
@@ -222,63 +168,26 @@ impl SqlService {
         let schema = self.schema_of(&sql).await?;
         let batch_rows = self.batch_rows;
         match &self.source {
-            Source::Postgres(client) => {
-                let rows = client
-                    .query_raw(sql.as_str(), params)
-                    .await
-                    .map_err(|e| Status::internal(pg_err("query", e).to_string()))?;
-                let types: Vec<DataType> = schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.data_type().clone())
-                    .collect();
-                let s = schema.clone();
-                // Cut the row stream into batches of `batch_rows`.
-                let stream =
-                    futures::stream::unfold((Box::pin(rows), false), move |(mut rows, done)| {
-                        let types = types.clone();
-                        let s = s.clone();
-                        async move {
-                            if done {
-                                return None;
-                            }
-                            let mut cols: Vec<ColBuilder> = types
-                                .iter()
-                                .map(|t| ColBuilder::new(t, batch_rows))
-                                .collect();
-                            let mut ended = false;
-                            while cols.first().is_none_or(|c| c.len() < batch_rows) {
-                                match rows.try_next().await {
-                                    Ok(Some(row)) => {
-                                        for (i, c) in cols.iter_mut().enumerate() {
-                                            if let Err(e) = c.push(&row, i) {
-                                                let e = AfError::ExternalError(Box::new(pg_err(
-                                                    "convert", e,
-                                                )));
-                                                return Some((Err(e), (rows, true)));
-                                            }
-                                        }
-                                    }
-                                    Ok(None) => {
-                                        ended = true;
-                                        break;
-                                    }
-                                    Err(e) => {
-                                        let e =
-                                            AfError::ExternalError(Box::new(pg_err("fetch", e)));
-                                        return Some((Err(e), (rows, true)));
-                                    }
-                                }
-                            }
-                            if ended && cols.first().is_none_or(|c| c.len() == 0) {
-                                return None;
-                            }
-                            let arrays = cols.iter_mut().map(ColBuilder::finish).collect();
-                            let b = RecordBatch::try_new(s, arrays).map_err(AfError::Arrow);
-                            Some((b, (rows, ended)))
-                        }
-                    });
-                Ok((schema, Box::pin(stream)))
+            Source::Postgres(pg) => {
+                // COPY takes no parameters: a bound statement reads rows.
+                let stream = if pg.read == PgRead::BinaryCopy
+                    && params.is_empty()
+                    && pgarrow::copyable(&sql)
+                {
+                    let types = pg_types(&pg.client, &sql).await?;
+                    let rows = pgarrow::copy_out(&pg.client, &sql, &types)
+                        .await
+                        .map_err(|e| Status::internal(e.to_string()))?;
+                    pgarrow::to_batches(rows, schema.clone(), batch_rows)
+                } else {
+                    let rows = pg
+                        .client
+                        .query_raw(sql.as_str(), params)
+                        .await
+                        .map_err(|e| Status::internal(pg_err("query", e).to_string()))?;
+                    pgarrow::to_batches(rows, schema.clone(), batch_rows)
+                };
+                Ok((schema, stream))
             }
             Source::Parquet(path) => {
                 let limit = parse_parquet_query(&sql)?;

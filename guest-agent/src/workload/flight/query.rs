@@ -1,5 +1,5 @@
 //! `flight-query`: the query comparison (PostgreSQL via ODBC row/block
-//! fetch, libpq, Flight SQL over PostgreSQL and over Parquet) for one N,
+//! fetch, tokio-postgres, Flight SQL over PostgreSQL by binary COPY and by rows, and over Parquet) for one N,
 //! run by `testbed-flight query --json`. PostgreSQL 15 must be installed
 //! where it runs, and the ODBC clients need a testbed-flight built with
 //! `--features odbc`.
@@ -198,7 +198,7 @@ mod tests {
         let p = q(serde_json::json!({}));
         assert_eq!(
             (p.rows, p.clients.len(), p.batch_rows),
-            (100_000, 5, 65_536)
+            (100_000, 6, 65_536)
         );
         assert!(p.validate().is_ok());
         let bad = q(serde_json::json!({"clients": ["odbc-row", "jdbc"]}));
@@ -219,7 +219,8 @@ mod tests {
             rows: 2000,
             table_rows: Some(3000),
             clients: vec![
-                "libpq".into(),
+                "tokio-postgres".into(),
+                "flight-sql-rows".into(),
                 "flight-sql".into(),
                 "flight-sql-parquet".into(),
             ],
@@ -236,11 +237,12 @@ mod tests {
         };
         let s = run_query_with_binary(&p, &ctx, &super::super::real_binary()).unwrap();
         assert_eq!(s["rows_fetched"], serde_json::json!(2000));
-        assert_eq!(s["libpq_checksum"], s["flight-sql_checksum"]);
-        assert_eq!(s["libpq_checksum"], s["flight-sql-parquet_checksum"]);
-        assert!(s["libpq_checksum"]["strings"].is_u64(), "{s:?}");
+        assert_eq!(s["tokio-postgres_checksum"], s["flight-sql_checksum"]);
+        assert_eq!(s["tokio-postgres_checksum"], s["flight-sql-rows_checksum"]);
+        assert_eq!(s["tokio-postgres_checksum"], s["flight-sql-parquet_checksum"]);
+        assert!(s["tokio-postgres_checksum"]["strings"].is_u64(), "{s:?}");
         let chunks = sink.0.lock().unwrap();
-        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks.len(), 4);
         assert!(
             chunks
                 .iter()
