@@ -326,15 +326,14 @@ impl RunningServer {
 /// Binds and starts serving `service`; returns once the socket is bound.
 pub async fn start_service<S>(cfg: &ServerConfig, service: S) -> Result<RunningServer>
 where
-    S: tower::Service<
-            http::Request<tonic::body::Body>,
-            Response = http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
+    S: tower::Service<http::Request<tonic::body::Body>, Error = std::convert::Infallible>
+        + tonic::server::NamedService
         + Clone
         + Send
         + Sync
         + 'static,
+    // Any body tonic's router takes (an interceptor wraps the plain one).
+    S::Response: axum::response::IntoResponse,
     S::Future: Send + 'static,
 {
     cfg.settings.validate()?;

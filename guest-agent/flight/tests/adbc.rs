@@ -29,14 +29,26 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_testbed-flight"))
-            .args([
-                "sql-serve",
-                "--rows",
-                &ROWS.to_string(),
-                "--seed",
-                &SEED.to_string(),
-            ])
+        Self::start_with(dir, &[], ROWS)
+    }
+
+    /// With extra `--flag value` pairs, or `$VAR value` environment.
+    fn start_with(dir: &Path, extra: &[(&str, &str)], rows: u64) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_testbed-flight"));
+        cmd.args([
+            "sql-serve",
+            "--rows",
+            &rows.to_string(),
+            "--seed",
+            &SEED.to_string(),
+        ]);
+        for (k, v) in extra {
+            match k.strip_prefix('$') {
+                Some(var) => cmd.env(var, v),
+                None => cmd.args([k, v]),
+            };
+        }
+        let mut child = cmd
             .arg("--run-dir")
             .arg(dir)
             .stdin(Stdio::piped())
@@ -138,4 +150,51 @@ fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
         out["objects"]["postgres"].get("pg_catalog").is_none(),
         "PostgreSQL's own schemas are not listed: {out}"
     );
+}
+
+#[test]
+fn with_a_user_configured_the_server_refuses_calls_without_its_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        &dir.path().join("run"),
+        &[
+            ("--user", "bench"),
+            ("$TESTBED_FLIGHT_SQL_PASSWORD", "s3cret"),
+        ],
+        100,
+    );
+    // The driver handshakes with basic credentials and then sends the
+    // bearer token the server answers with.
+    let script = r#"
+import json, sys
+import adbc_driver_flightsql.dbapi as flight_sql
+uri = sys.argv[1]
+out = {}
+def count(**kw):
+    with flight_sql.connect(uri, db_kwargs=kw) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM nyc_taxi")
+        return cur.fetchone()[0]
+for name, kw in [("none", {}), ("wrong", {"username": "bench", "password": "nope"}),
+                 ("right", {"username": "bench", "password": "s3cret"})]:
+    try:
+        out[name] = count(**kw)
+    except Exception as e:
+        out[name] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"#;
+    let o = Command::new(python())
+        .args(["-c", script])
+        .arg(format!("grpc://{}", server.address))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(out["right"], 100, "{out}");
+    for refused in ["none", "wrong"] {
+        let e = out[refused].as_str().unwrap_or_default();
+        assert!(
+            e.contains("UNAUTHENTICATED") || e.contains("Unauthenticated"),
+            "{refused}: {out}"
+        );
+    }
 }

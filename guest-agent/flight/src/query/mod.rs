@@ -9,6 +9,7 @@ pub mod odbc;
 pub mod pg;
 pub mod pgarrow;
 pub mod serve;
+pub mod sqlauth;
 pub mod sqlmeta;
 pub mod sqlparams;
 pub mod sqlserver;
@@ -198,12 +199,13 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         let (Some(rows), Some(copy)) = (sources.pop(), sources.pop()) else {
             return Err(FlightError::Other("two PostgreSQL sources".into()));
         };
-        let a1 = sqlserver::start(&cfg, copy, a.batch_rows).await?;
-        let a2 = sqlserver::start(&cfg, rows, a.batch_rows).await?;
+        let a1 = sqlserver::start(&cfg, copy, a.batch_rows, None).await?;
+        let a2 = sqlserver::start(&cfg, rows, a.batch_rows, None).await?;
         let a3 = sqlserver::start(
             &cfg,
             sqlserver::Source::Parquet(parquet_path.clone()),
             a.batch_rows,
+            None,
         )
         .await?;
         Ok::<_, FlightError>((a1, a2, a3))

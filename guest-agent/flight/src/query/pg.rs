@@ -68,7 +68,7 @@ fn free_port() -> Result<u16> {
 }
 
 /// 32 random bytes from the kernel, as hex: the cluster's password.
-fn random_password() -> Result<String> {
+pub fn random_password() -> Result<String> {
     let mut bytes = [0u8; 32];
     let mut filled = 0;
     while filled < bytes.len() {

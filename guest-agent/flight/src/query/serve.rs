@@ -15,6 +15,9 @@ use super::{libpq, pg, sqlserver, taxi};
 use crate::server::ServerConfig;
 use crate::settings::TransportSettings;
 
+/// Where `--user`'s password comes from.
+pub const PASSWORD_ENV: &str = "TESTBED_FLIGHT_SQL_PASSWORD";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SourceKind {
     /// Statements run in PostgreSQL, results read with binary COPY (rows
@@ -43,12 +46,25 @@ pub struct SqlServeArgs {
     /// private temporary directory, removed afterwards).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Require this user (with the password from $TESTBED_FLIGHT_SQL_PASSWORD,
+    /// so it is not on a command line): basic credentials, or the bearer
+    /// token the Handshake returns, on every call.
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
     if a.rows == 0 {
         anyhow::bail!("--rows must be at least 1");
     }
+    let auth = match &a.user {
+        Some(user) => {
+            let password = std::env::var(PASSWORD_ENV)
+                .with_context(|| format!("--user {user} needs ${PASSWORD_ENV}"))?;
+            Some(super::sqlauth::Auth::new(user, &password)?)
+        }
+        None => None,
+    };
     let dir = super::RunDir::new(a.run_dir.as_ref())?;
     let mut pg = pg::PgCluster::start(dir.path())?;
     let conn = pg.conn_string();
@@ -73,7 +89,7 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
             settings: TransportSettings::default(),
             tls_dir: None,
         };
-        let server = sqlserver::start(&cfg, source, a.batch_rows).await?;
+        let server = sqlserver::start(&cfg, source, a.batch_rows, auth).await?;
         println!(
             "{}",
             serde_json::json!({

@@ -41,6 +41,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::libpq::pg_err;
 use super::pgarrow;
 pub use super::pgarrow::arrow_type;
+use super::sqlauth::Auth;
 use super::sqlmeta;
 use super::sqlparams::{PgParam, Prepared, Store};
 use super::taxi::TABLE;
@@ -92,6 +93,8 @@ pub struct SqlService {
     source: Source,
     batch_rows: usize,
     prepared: Store,
+    /// Checked on every call by the interceptor [`start`] installs.
+    auth: Option<Auth>,
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -125,6 +128,7 @@ impl SqlService {
             source,
             batch_rows: batch_rows.max(1),
             prepared: Store::default(),
+            auth: None,
         }
     }
 
@@ -242,7 +246,9 @@ fn ipc_schema(schema: &Schema) -> std::result::Result<bytes::Bytes, Status> {
 impl FlightSqlService for SqlService {
     type FlightService = SqlService;
 
-    /// No authentication is configured: every handshake is answered.
+    /// With credentials configured, the interceptor has checked them and
+    /// the answer is the bearer token (payload and `authorization`
+    /// header); without, every handshake is answered empty.
     async fn do_handshake(
         &self,
         _request: Request<Streaming<HandshakeRequest>>,
@@ -254,11 +260,19 @@ impl FlightSqlService for SqlService {
     > {
         let reply = HandshakeResponse {
             protocol_version: 0,
-            payload: Default::default(),
+            payload: self
+                .auth
+                .as_ref()
+                .map(|a| bytes::Bytes::from(a.token().to_string()))
+                .unwrap_or_default(),
         };
-        Ok(Response::new(Box::pin(futures::stream::once(async {
-            Ok(reply)
-        }))))
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
+            Response::new(Box::pin(futures::stream::once(async { Ok(reply) })));
+        if let Some(a) = &self.auth {
+            let value = a.bearer().parse().map_err(internal)?;
+            response.metadata_mut().insert("authorization", value);
+        }
+        Ok(response)
     }
 
     async fn get_flight_info_statement(
@@ -479,13 +493,28 @@ impl FlightSqlService for SqlService {
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
-/// Starts a Flight SQL server over `source`.
-pub async fn start(cfg: &ServerConfig, source: Source, batch_rows: usize) -> Result<RunningServer> {
+/// Starts a Flight SQL server over `source`; with `auth`, every call must
+/// carry its credentials or token.
+pub async fn start(
+    cfg: &ServerConfig,
+    source: Source,
+    batch_rows: usize,
+    auth: Option<Auth>,
+) -> Result<RunningServer> {
     let limit = cfg.settings.max_message_bytes;
-    let svc = FlightServiceServer::new(SqlService::new(source, batch_rows))
+    let mut service = SqlService::new(source, batch_rows);
+    service.auth = auth.clone();
+    let svc = FlightServiceServer::new(service)
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
-    start_service(cfg, svc).await
+    let checked =
+        tonic::service::interceptor::InterceptedService::new(svc, move |req: Request<()>| {
+            match &auth {
+                Some(a) => a.check(req.metadata()).map(|()| req),
+                None => Ok(req),
+            }
+        });
+    start_service(cfg, checked).await
 }
 
 /// Flight SQL client: connect, execute, DoGet every endpoint, checksum.
