@@ -128,6 +128,32 @@ impl Ctx<'_> {
         }
     }
 
+    /// Why nothing is at `place`: for a given x, which x this run has (a
+    /// claim tied to depth 6 is not decided at the deepest point present).
+    fn missing_place(&self, place: &Place, series: &[&Series]) -> String {
+        let Place::X(x) = place else {
+            return "no point at the claim's x".into();
+        };
+        let want = super::data::Cell::from_toml(x).map_or_else(|| x.to_string(), |c| c.text());
+        let mut have: Vec<String> = Vec::new();
+        for s in series {
+            for p in self.points(s) {
+                let l = p.x.label();
+                if !have.contains(&l) {
+                    have.push(l);
+                }
+            }
+        }
+        format!(
+            "the claim is about x={want}, which this run did not reach (it has x={})",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        )
+    }
+
     fn part(&self, s: &Series) -> Part {
         let pts = self.points(s);
         let mut part = Part {
@@ -208,7 +234,7 @@ impl Ctx<'_> {
             }
             ClaimCheck::ValueAt(v) => {
                 let Some(p) = self.at(&v.place, s, None) else {
-                    part.words = format!("{name}no point at the claim's x");
+                    part.words = format!("{name}{}", self.missing_place(&v.place, &[s]));
                     return part;
                 };
                 part.ok = Some(in_bounds(v.bounds, p.est.value));
@@ -283,11 +309,16 @@ fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> (Verdict, String, Vec<Used>) {
         ctx.at(&r.place, num, Some(den)),
         ctx.at(&r.place, den, Some(num)),
     ) else {
-        return (
-            Verdict::NotMeasurable,
-            format!("{num_key} and {den_key} have no point at the claim's x in common"),
-            Vec::new(),
-        );
+        let why = match r.place {
+            Place::X(_) => format!(
+                "{num_key} and {den_key}: {}",
+                ctx.missing_place(&r.place, &[num, den])
+            ),
+            Place::At(_) => {
+                format!("{num_key} and {den_key} have no point at the claim's x in common")
+            }
+        };
+        return (Verdict::NotMeasurable, why, Vec::new());
     };
     if n.x != d.x || d.est.value == 0.0 {
         return (

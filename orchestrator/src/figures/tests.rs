@@ -341,6 +341,15 @@ kind = "max_le"
 series = ["nvme-hook"]
 value = 1.3
 [[claims]]
+id = "ratio-beyond-reach"
+text = "io-uring ≈ read at depth 9"
+panel = "tput"
+kind = "ratio_at"
+numerator = "io-uring"
+denominator = "read"
+x = 9
+min = 0.9
+[[claims]]
 id = "min-ok-given-max-ok"
 text = "min ≥ 10, read only if max ≤ 200"
 panel = "tput"
@@ -428,6 +437,7 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
         ("not-linear", Verdict::DoesNotHold),
         ("linear-few", Verdict::NotMeasurable),
         ("speedup-absent", Verdict::NotMeasurable),
+        ("ratio-beyond-reach", Verdict::NotMeasurable),
         ("min-ok-given-max-ok", Verdict::Holds),
         ("min-ok-given-max-bad", Verdict::NotMeasurable),
     ];
@@ -443,6 +453,12 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
     assert!(ratio.contains("= 1.02"), "{ratio}");
     let (_, absent) = verdict("ratio-absent");
     assert!(absent.contains("nvme-hook has no data"), "{absent}");
+    // A claim tied to an x the run did not reach is not decided elsewhere.
+    let (_, beyond) = verdict("ratio-beyond-reach");
+    assert_eq!(
+        beyond,
+        "io-uring and read: the claim is about x=9, which this run did not reach (it has x=1, 2, 3, 4)"
+    );
     // A claim resting on one that failed says so, and keeps its numbers.
     let (_, rests) = verdict("min-ok-given-max-bad");
     assert!(
@@ -598,7 +614,7 @@ fn plot_check_and_report_write_their_files() {
     }
     assert_eq!(plotted.unknown, ["no-such-figure"]);
     let (claims, _) = super::check_run(&run, &d).unwrap();
-    assert_eq!(claims.len(), 17);
+    assert_eq!(claims.len(), 18);
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("claims.json")).unwrap()).unwrap();
     assert_eq!(doc["claims"][0]["verdict"], "holds");

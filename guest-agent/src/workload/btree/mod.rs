@@ -263,7 +263,10 @@ impl super::WorkloadParams for BtreeParams {
         ]
     }
     fn show_lines(&self, summary: &Summary) -> Vec<String> {
-        show::fio_peer_line(summary).into_iter().collect()
+        show::speedup_line(summary)
+            .into_iter()
+            .chain(show::fio_peer_line(summary))
+            .collect()
     }
     fn summary_scopes(&self) -> Option<(&'static str, Vec<String>)> {
         let mut names: Vec<String> = self

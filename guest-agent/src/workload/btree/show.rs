@@ -3,6 +3,36 @@
 
 use crate::workload::Summary;
 
+/// Each hook engine's speedup over the baseline it ran beside in this job
+/// (one point = one depth), from `speedup.<engine>.*`:
+/// "speedup: nvme-hook 1.49× latency, 1.52× throughput over read; …".
+pub fn speedup_line(summary: &Summary) -> Option<String> {
+    let mut parts = Vec::new();
+    for (k, v) in summary {
+        let Some(engine) = k
+            .strip_prefix("speedup.")
+            .and_then(|r| r.strip_suffix(".baseline"))
+        else {
+            continue;
+        };
+        let num = |what: &str| {
+            summary
+                .get(&format!("speedup.{engine}.{what}"))
+                .and_then(serde_json::Value::as_f64)
+        };
+        let mut words = vec![engine.to_string()];
+        if let Some(x) = num("latency") {
+            words.push(format!("{x:.2}× latency"));
+        }
+        if let Some(x) = num("throughput") {
+            words.push(format!("{x:.2}× throughput"));
+        }
+        words.push(format!("over {}", v.as_str().unwrap_or("?")));
+        parts.push(words.join(" "));
+    }
+    (!parts.is_empty()).then(|| format!("speedup: {}", parts.join("; ")))
+}
+
 /// The fio peer check in one line: both I/O rates, their ratio and each
 /// side's CPU time per I/O (which is what separates them under TCG).
 pub fn fio_peer_line(summary: &Summary) -> Option<String> {
@@ -21,6 +51,21 @@ pub fn fio_peer_line(summary: &Summary) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_speedup_line_names_each_hook_and_its_baseline() {
+        let mut s = Summary::new();
+        s.insert("speedup.nvme-hook.latency".into(), serde_json::json!(1.494));
+        s.insert("speedup.nvme-hook.throughput".into(), serde_json::json!(1.52));
+        s.insert("speedup.nvme-hook.baseline".into(), serde_json::json!("read"));
+        s.insert("speedup.syscall-hook.latency".into(), serde_json::json!(1.04));
+        s.insert("speedup.syscall-hook.baseline".into(), serde_json::json!("read"));
+        assert_eq!(
+            speedup_line(&s).unwrap(),
+            "speedup: nvme-hook 1.49× latency 1.52× throughput over read; syscall-hook 1.04× latency over read"
+        );
+        assert_eq!(speedup_line(&Summary::new()), None);
+    }
     use serde_json::json;
 
     #[test]
