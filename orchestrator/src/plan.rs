@@ -56,7 +56,15 @@ pub struct Point {
     pub params: BTreeMap<String, toml::Value>,
     pub workload: Workload,
     pub seed: u64,
+    /// vCPUs of the VM(s) this point runs in, when the sweep has a
+    /// `vm.vcpus` axis (else the spec's `[vm] vcpus`): points of one boot
+    /// share it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_vcpus: Option<u32>,
 }
+
+/// The one VM setting a sweep may vary (a fresh boot per value).
+pub const VCPUS_AXIS: &str = "vm.vcpus";
 
 impl Point {
     /// Stable name used for per-point files and resume.
@@ -110,9 +118,10 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
         })?;
     }
     let devices = device_refs(loaded);
+    check_vm_axes(loaded)?;
     let axes: Vec<(&String, &Vec<toml::Value>)> = spec.sweep.iter().collect();
     // Type-check each axis value alone first, so an error names its axis.
-    for (axis, values) in &axes {
+    for (axis, values) in axes.iter().filter(|(a, _)| !a.starts_with("vm.")) {
         for v in values.iter() {
             let mut table = spec.workload.clone();
             table.insert(axis.to_string(), v.clone());
@@ -127,8 +136,13 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
     for (index, combo) in combos.iter().enumerate() {
         let mut table = spec.workload.clone();
         let mut params = BTreeMap::new();
+        let mut vm_vcpus = None;
         for (axis, value) in combo {
-            table.insert(axis.to_string(), value.clone());
+            if axis.as_str() == VCPUS_AXIS {
+                vm_vcpus = value.as_integer().and_then(|n| u32::try_from(n).ok());
+            } else {
+                table.insert(axis.to_string(), value.clone());
+            }
             params.insert(axis.to_string(), value.clone());
         }
         let workload =
@@ -169,12 +183,40 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
                 params: params.clone(),
                 workload: workload.clone(),
                 seed: point_seed(spec.experiment.seed, index as u64, u64::from(rep)),
+                vm_vcpus,
             });
         }
     }
-    // Repetitions outermost, so an interrupted run has whole sweeps done.
-    points.sort_by_key(|p| (p.rep, p.point));
+    // Repetitions outermost, so an interrupted run has whole sweeps done;
+    // within one, points of one vCPU count together (one boot each).
+    points.sort_by_key(|p| (p.rep, p.vm_vcpus, p.point));
     Ok(Plan { points, devices })
+}
+
+/// A `vm.*` sweep axis: only `vm.vcpus`, integers 1..=64, on the qemu
+/// executor.
+fn check_vm_axes(loaded: &LoadedSpec) -> Result<(), SpecError> {
+    let spec = &loaded.spec;
+    for (axis, values) in spec.sweep.iter().filter(|(a, _)| a.starts_with("vm.")) {
+        let at = |m: String| loaded.error_at("sweep", Some(axis), m);
+        if axis != VCPUS_AXIS {
+            return Err(at(format!(
+                "{axis}: the only VM setting a sweep may vary is {VCPUS_AXIS}"
+            )));
+        }
+        if spec.experiment.executor != crate::spec::ExecutorKind::Qemu {
+            return Err(at(format!("{VCPUS_AXIS} needs the qemu executor")));
+        }
+        if let Some(v) = values
+            .iter()
+            .find(|v| !v.as_integer().is_some_and(|n| (1..=64).contains(&n)))
+        {
+            return Err(at(format!(
+                "{VCPUS_AXIS} value {v}: must be an integer 1..=64"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a workload whose thread, job or stream count exceeds
@@ -460,6 +502,46 @@ block_size = [512, 4096]
         // Seeds differ per point and repetition but are reproducible.
         assert_ne!(p.points[0].seed, p.points[6].seed);
         assert_eq!(plan(&s).unwrap().points[3].seed, p.points[3].seed);
+    }
+
+    #[test]
+    fn a_vcpus_axis_sets_each_points_vm_and_groups_them_per_boot() {
+        let spec = SPEC.replace("block_size = [512, 4096]", "\"vm.vcpus\" = [2, 1]");
+        let s = crate::spec::parse(Path::new("t.toml"), &spec).unwrap();
+        let p = plan(&s).unwrap();
+        assert_eq!(p.points.len(), 3 * 2 * 2);
+        // Within a repetition, one vCPU count's points are together.
+        let first_rep: Vec<Option<u32>> = p
+            .points
+            .iter()
+            .filter(|p| p.rep == 0)
+            .map(|p| p.vm_vcpus)
+            .collect();
+        assert_eq!(
+            first_rep,
+            [Some(1), Some(1), Some(1), Some(2), Some(2), Some(2)]
+        );
+        for pt in &p.points {
+            assert_eq!(
+                pt.params[VCPUS_AXIS].as_integer(),
+                pt.vm_vcpus.map(i64::from),
+                "the axis is a param column too"
+            );
+        }
+        let refused = |sweep: &str| {
+            let spec = SPEC.replace("block_size = [512, 4096]", sweep);
+            let s = crate::spec::parse(Path::new("t.toml"), &spec).unwrap();
+            plan(&s).unwrap_err()
+        };
+        let e = refused("\"vm.memory\" = [\"1G\"]");
+        assert!(
+            e.message
+                .contains("only VM setting a sweep may vary is vm.vcpus"),
+            "{e}"
+        );
+        let e = refused("\"vm.vcpus\" = [0]");
+        assert!(e.message.contains("must be an integer 1..=64"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("sweep.vm.vcpus"), "{e}");
     }
 
     #[test]

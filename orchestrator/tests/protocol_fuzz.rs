@@ -42,6 +42,7 @@ fn point() -> Point {
             size: 1000,
         }),
         seed: 1,
+        vm_vcpus: None,
     }
 }
 

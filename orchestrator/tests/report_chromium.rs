@@ -48,6 +48,7 @@ fn point(p: u32, params: &[(&str, i64)]) -> Point {
             },
         ),
         seed: 1,
+        vm_vcpus: None,
     }
 }
 

@@ -673,6 +673,17 @@ fn flight_between_two_vms_on_a_socket_link() {
             && server.contains("testbed.net=169.254.10.1/16")
     );
     assert_eq!(boot["hello"]["net"], "eth0 169.254.10.2/16");
+    // The spec's "vm.vcpus" = [1, 2]: a boot per count, both VMs sized alike.
+    let boots = m["boots"].as_array().unwrap();
+    assert_eq!(boots.len(), 2, "{boots:?}");
+    for (b, n) in boots.iter().zip([1, 2]) {
+        let smp = format!("-smp {n} ");
+        assert!(
+            argv_line(&b["argv"]).contains(&smp) && argv_line(&b["server_argv"]).contains(&smp),
+            "boot {}: {b}",
+            b["index"]
+        );
+    }
     for p in points(&m) {
         let s = &p["summary"];
         assert!(s["mb_per_s"].as_f64().unwrap() > 0.0, "{p}");

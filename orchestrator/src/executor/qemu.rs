@@ -254,9 +254,13 @@ impl QemuExecutor {
         index: u32,
         pair: &PairSetup,
         link: &Path,
+        vcpus: Option<u32>,
         events: &mut dyn FnMut(Event),
     ) -> Result<BootedVm, BootError> {
         let mut config = self.config.clone();
+        if let Some(n) = vcpus {
+            config.vcpus = n;
+        }
         config.nics = vec![Nic {
             mac: "52:54:00:7e:57:01".into(),
             netdev: link_netdev(link, true),
@@ -310,6 +314,11 @@ impl Executor for QemuExecutor {
     ) -> Result<(BootRecord, usize), BootError> {
         let mut server = None;
         let mut config = self.config.clone();
+        // A `vm.vcpus` sweep: this boot's points share their count.
+        let vcpus = points.first().and_then(|p| p.vm_vcpus);
+        if let Some(n) = vcpus {
+            config.vcpus = n;
+        }
         let mut extra = self.cmdline_extra.clone();
         let mut peer = None;
         // Lives until both VMs are gone.
@@ -319,7 +328,7 @@ impl Executor for QemuExecutor {
         };
         if let (Some(pair), Some(dir)) = (self.pair.clone(), &link_dir) {
             let link = dir.path().join("link.sock");
-            server = Some(self.boot_server(index, &pair, &link, events)?);
+            server = Some(self.boot_server(index, &pair, &link, vcpus, events)?);
             // The server's QEMU listens from its start, long before its
             // agent answered; QEMU 7.2 never retries a connect, so check.
             if !link.exists() {

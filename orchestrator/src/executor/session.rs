@@ -421,6 +421,7 @@ mod tests {
                 size: 1000,
             }),
             seed: 7,
+            vm_vcpus: None,
         }
     }
 

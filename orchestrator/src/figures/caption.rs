@@ -78,7 +78,24 @@ pub fn vm(run: &RunData) -> Option<String> {
     } else {
         vm.memory
     };
-    Some(format!("{} vCPU, {memory} memory", vm.vcpus))
+    // A `vm.vcpus` sweep booted each count's points apart.
+    let mut swept: Vec<i64> = run
+        .manifest
+        .points
+        .iter()
+        .filter_map(|p| p.params.get(crate::plan::VCPUS_AXIS)?.as_integer())
+        .collect();
+    swept.sort_unstable();
+    swept.dedup();
+    if swept.is_empty() {
+        Some(format!("{} vCPU, {memory} memory", vm.vcpus))
+    } else {
+        let list: Vec<String> = swept.iter().map(i64::to_string).collect();
+        Some(format!(
+            "{} vCPU (swept, a boot each), {memory} memory",
+            list.join("/")
+        ))
+    }
 }
 
 fn ci_words(panels: &[&PanelData]) -> String {

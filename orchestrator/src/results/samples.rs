@@ -392,6 +392,7 @@ mod tests {
                 },
             ),
             seed: 1,
+            vm_vcpus: None,
         }
     }
 

@@ -78,7 +78,13 @@ pub(super) fn run_boots(
     let mut fatal: Option<String> = None;
     while !queue.is_empty() && stop.is_none() {
         let batch: Vec<Point> = match boot_policy {
-            BootPolicy::PerRun => queue.clone(),
+            // One boot per vCPU count of a `vm.vcpus` sweep (the plan
+            // keeps each count's points together).
+            BootPolicy::PerRun => queue
+                .iter()
+                .take_while(|p| p.vm_vcpus == queue[0].vm_vcpus)
+                .cloned()
+                .collect(),
             BootPolicy::PerPoint => queue[..1].to_vec(),
         };
         let mut failed_fast = false;

@@ -182,6 +182,7 @@ fn pair_setup(loaded: &LoadedSpec) -> Option<crate::executor::qemu::PairSetup> {
             params: BTreeMap::new(),
             workload,
             seed: crate::plan::point_seed(loaded.spec.experiment.seed, u64::MAX, 0),
+            vm_vcpus: None,
         },
         server_addr: t.server_address.clone(),
         client_addr: t.client_address.clone(),
