@@ -242,6 +242,7 @@ pub struct HookEngine {
 
 impl HookEngine {
     pub fn open(path: &str, plan: &Plan, mode: HookMode) -> Result<Self, WorkloadError> {
+        super::protection::refuse_protection_information(path, std::path::Path::new("/sys"))?;
         Ok(HookEngine {
             target: Target::open(path)?,
             prog: load_program(plan)?,

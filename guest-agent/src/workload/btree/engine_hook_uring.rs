@@ -46,6 +46,7 @@ impl HookUringEngine {
         mode: HookMode,
         batch: u32,
     ) -> Result<Self, WorkloadError> {
+        super::protection::refuse_protection_information(path, std::path::Path::new("/sys"))?;
         // Our own ring: the io-uring crate cannot build this opcode's SQE.
         let (ring, batch) = LookupRing::new_own(batch)?;
         let slots = (0..batch)

@@ -20,6 +20,7 @@ pub mod lookup;
 pub mod lookup_ring;
 pub mod nvme_admin;
 pub mod params;
+pub mod protection;
 pub mod recorder;
 pub mod report;
 pub mod runner;
