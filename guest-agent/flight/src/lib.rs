@@ -15,10 +15,9 @@
 //!
 //! Setup (host): `pip install pyarrow` for the interop tests and the
 //! pyarrow pairings; `apt-get install -y postgresql-15 odbc-postgresql
-//! unixodbc unixodbc-dev` for `query`. The ODBC clients are behind the
-//! `odbc` feature (libodbc is linked dynamically and dlopens psqlODBC, so
-//! the static guest build leaves them out): `cargo test -p testbed-flight
-//! --features odbc`.
+//! unixodbc unixodbc-dev` for `query`. Its ODBC clients are a binary of
+//! their own, `testbed-odbc` (guest-agent/odbc: libodbc is linked
+//! dynamically and dlopens psqlODBC, which a static binary cannot).
 
 pub mod addr;
 pub mod bench;

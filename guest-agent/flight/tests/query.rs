@@ -1,21 +1,20 @@
 //! The query comparison end to end: a real PostgreSQL 15 in a temporary
 //! directory, the taxi table loaded with COPY, every client fetching LIMIT N.
 //! Needs `apt-get install -y postgresql-15 odbc-postgresql unixodbc
-//! unixodbc-dev`; the ODBC clients need `--features odbc`.
+//! unixodbc-dev`; the ODBC clients run `testbed-odbc` (`cargo build -p
+//! testbed-odbc` first: `./x test` does).
 
 use testbed_flight::query::{self, QueryArgs, QueryClient};
 
 fn clients() -> Vec<QueryClient> {
-    let mut c = vec![
+    vec![
+        QueryClient::OdbcRow,
+        QueryClient::OdbcBlock,
         QueryClient::TokioPostgres,
         QueryClient::FlightSql,
         QueryClient::FlightSqlRows,
         QueryClient::FlightSqlParquet,
-    ];
-    if cfg!(feature = "odbc") {
-        c.splice(0..0, [QueryClient::OdbcRow, QueryClient::OdbcBlock]);
-    }
-    c
+    ]
 }
 
 #[test]

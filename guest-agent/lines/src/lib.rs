@@ -18,3 +18,4 @@
 pub mod asam;
 pub mod asam_workflow;
 pub mod flight;
+pub mod taxi;

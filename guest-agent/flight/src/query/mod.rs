@@ -4,7 +4,6 @@
 //! checksummed and must agree with the generator.
 
 pub mod libpq;
-#[cfg(feature = "odbc")]
 pub mod odbc;
 pub mod pg;
 pub mod pgarrow;
@@ -160,15 +159,6 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     if a.rows.is_empty() || table_rows == 0 {
         return Err(FlightError::Param("--rows needs at least one N > 0".into()));
     }
-    #[cfg(not(feature = "odbc"))]
-    if a.clients
-        .iter()
-        .any(|c| matches!(c, QueryClient::OdbcRow | QueryClient::OdbcBlock))
-    {
-        return Err(FlightError::Param(
-            "this build has no ODBC clients (build with --features odbc, or pick --clients)".into(),
-        ));
-    }
     let dir = RunDir::new(a.run_dir.as_ref())?;
     let mut pg = pg::PgCluster::start(dir.path())?;
     let conn = pg.conn_string();
@@ -223,21 +213,18 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         for rep in 0..a.repetitions.max(1) {
             for &client in &a.clients {
                 let t0 = Instant::now();
+                // The ODBC child times itself (connect to last row).
+                let mut own_seconds = None;
+                let mut odbc = |mode: &str| {
+                    let conn = odbc::connection_string(pg.port, pg.password());
+                    odbc::fetch(&conn, &sql, mode, a.batch_rows).map(|f| {
+                        own_seconds = Some(f.seconds);
+                        f.checksum
+                    })
+                };
                 let got = match client {
-                    #[cfg(feature = "odbc")]
-                    QueryClient::OdbcRow => {
-                        odbc::fetch_rows(&odbc::connection_string(pg.port, pg.password()), &sql)
-                    }
-                    #[cfg(feature = "odbc")]
-                    QueryClient::OdbcBlock => odbc::fetch_blocks(
-                        &odbc::connection_string(pg.port, pg.password()),
-                        &sql,
-                        a.batch_rows,
-                    ),
-                    #[cfg(not(feature = "odbc"))]
-                    QueryClient::OdbcRow | QueryClient::OdbcBlock => {
-                        Err(FlightError::Param("built without ODBC".into()))
-                    }
+                    QueryClient::OdbcRow => odbc("rows"),
+                    QueryClient::OdbcBlock => odbc("blocks"),
                     QueryClient::TokioPostgres => rt.block_on(libpq::fetch(&conn, &sql)),
                     QueryClient::FlightSql => {
                         rt.block_on(sqlserver::fetch(&pg_addr, &sql, &settings))
@@ -250,7 +237,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
                     }
                 }
                 .map_err(|e| FlightError::Other(format!("{} LIMIT {n}: {e}", client.name())))?;
-                let seconds = t0.elapsed().as_secs_f64();
+                let seconds = own_seconds.unwrap_or_else(|| t0.elapsed().as_secs_f64());
                 measurements.push(Measurement {
                     client,
                     limit: n,

@@ -1,26 +1,48 @@
-//! ODBC clients through unixODBC and psqlODBC: row at a time with
-//! SQLGetData (what pyodbc does) and block fetch into bound columnar
-//! buffers (what turbodbc does).
+//! The ODBC clients run as `testbed-odbc fetch` (a small dynamically linked
+//! binary: the driver manager dlopens psqlODBC, which a static binary such
+//! as this one cannot). It reports its own time from connect to the last
+//! row, so process start-up is not counted: the same span as the other
+//! clients' in-process timers.
 
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
-use odbc_api::buffers::{AnySlice, BufferDesc, ColumnarAnyBuffer};
-use odbc_api::sys::Timestamp;
-use odbc_api::{ConnectionOptions, Cursor, DataType, Environment, Nullable, ResultSetMetadata};
+use testbed_lines::taxi::OdbcFetch;
 
-use super::taxi::{Checksum, days_from_civil};
 use crate::error::{FlightError, Result};
 
-fn odbc_err(context: &str, e: odbc_api::Error) -> FlightError {
-    FlightError::Other(format!("ODBC {context}: {e}"))
-}
-
-/// One environment per process, as ODBC recommends.
-fn env() -> Result<&'static Environment> {
-    static ENV: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
-    ENV.get_or_init(|| Environment::new().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| FlightError::Other(format!("ODBC environment: {e}")))
+/// Where to find it: `$TESTBED_ODBC_BIN`; else beside this executable
+/// (cargo's debug and release dirs), or in the host release dir next to
+/// the static target dir (`target/release` for
+/// `target/<triple>/release`); else `testbed-odbc` on PATH.
+pub fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("TESTBED_ODBC_BIN") {
+        return PathBuf::from(p);
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(mut dir) = exe.parent()
+    {
+        // A test binary lives in target/<profile>/deps.
+        if dir.file_name().is_some_and(|n| n == "deps")
+            && let Some(up) = dir.parent()
+        {
+            dir = up;
+        }
+        let here = dir.join("testbed-odbc");
+        if here.is_file() {
+            return here;
+        }
+        if let (Some(profile), Some(target)) =
+            (dir.file_name(), dir.parent().and_then(|t| t.parent()))
+        {
+            let host = target.join(profile).join("testbed-odbc");
+            if host.is_file() {
+                return host;
+            }
+        }
+    }
+    PathBuf::from("testbed-odbc")
 }
 
 /// psqlODBC over TCP, with the cluster's password (hex: no quoting). CommLog
@@ -33,138 +55,34 @@ pub fn connection_string(port: u16, password: &str) -> String {
     )
 }
 
-#[derive(Clone, Copy)]
-enum Col {
-    Int,
-    Float,
-    Timestamp,
-    Text(usize),
-}
-
-fn kinds(cursor: &mut impl ResultSetMetadata) -> Result<Vec<Col>> {
-    let n = cursor
-        .num_result_cols()
-        .map_err(|e| odbc_err("columns", e))?;
-    (1..=n as u16)
-        .map(|i| {
-            let t = cursor
-                .col_data_type(i)
-                .map_err(|e| odbc_err("column type", e))?;
-            Ok(match t {
-                DataType::Integer | DataType::SmallInt | DataType::BigInt | DataType::TinyInt => {
-                    Col::Int
-                }
-                DataType::Double | DataType::Float { .. } | DataType::Real => Col::Float,
-                DataType::Timestamp { .. } => Col::Timestamp,
-                // psqlODBC reports text as LONGVARCHAR(8190); the taxi
-                // strings are short, and a longer one would be truncated and
-                // so change the checksum, not pass silently.
-                other => Col::Text(other.column_size().map_or(64, |s| s.get()).min(64)),
-            })
-        })
-        .collect()
-}
-
-fn ts_micros(t: &Timestamp) -> i64 {
-    let days = days_from_civil(i64::from(t.year), u32::from(t.month), u32::from(t.day));
-    let secs =
-        days * 86_400 + i64::from(t.hour) * 3600 + i64::from(t.minute) * 60 + i64::from(t.second);
-    secs * 1_000_000 + i64::from(t.fraction) / 1000
-}
-
-/// Row at a time: SQLFetch, then SQLGetData per column.
-pub fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
-    let conn = env()?
-        .connect_with_connection_string(conn_str, ConnectionOptions::default())
-        .map_err(|e| odbc_err("connect", e))?;
-    let mut cursor = conn
-        .execute(sql, (), None)
-        .map_err(|e| odbc_err("execute", e))?
-        .ok_or_else(|| FlightError::Other("ODBC: the query returned no result set".into()))?;
-    let cols = kinds(&mut cursor)?;
-    let mut c = Checksum::default();
-    let mut text = Vec::new();
-    while let Some(mut row) = cursor.next_row().map_err(|e| odbc_err("fetch", e))? {
-        for (i, k) in cols.iter().enumerate() {
-            let col = i as u16 + 1;
-            match k {
-                Col::Int => {
-                    let mut v = Nullable::<i64>::null();
-                    row.get_data(col, &mut v)
-                        .map_err(|e| odbc_err("get int", e))?;
-                    if let Some(v) = v.into_opt() {
-                        c.int(v);
-                    }
-                }
-                Col::Float => {
-                    let mut v = Nullable::<f64>::null();
-                    row.get_data(col, &mut v)
-                        .map_err(|e| odbc_err("get float", e))?;
-                    if let Some(v) = v.into_opt() {
-                        c.float(v);
-                    }
-                }
-                Col::Timestamp => {
-                    let mut v = Nullable::<Timestamp>::null();
-                    row.get_data(col, &mut v)
-                        .map_err(|e| odbc_err("get timestamp", e))?;
-                    if let Some(v) = v.into_opt() {
-                        c.micros(ts_micros(&v));
-                    }
-                }
-                Col::Text(_) => {
-                    if row
-                        .get_text(col, &mut text)
-                        .map_err(|e| odbc_err("get text", e))?
-                    {
-                        c.text(&text);
-                    }
-                }
-            }
-        }
-        c.rows += 1;
+/// `mode` rows | blocks. The connection string goes by environment (it
+/// holds the password).
+pub fn fetch(conn: &str, sql: &str, mode: &str, batch_rows: usize) -> Result<OdbcFetch> {
+    let bin = binary();
+    let mut cmd = Command::new(&bin);
+    cmd.args(["fetch", "--mode", mode, "--sql", sql])
+        .args(["--batch-rows", &batch_rows.to_string()])
+        .env("TESTBED_ODBC_CONN", conn);
+    // Not `e` itself: its command line would show the environment, and
+    // with it the password.
+    let done = testbed_proc::run_captured(&mut cmd, Duration::from_secs(3600)).map_err(|e| {
+        let why = match e {
+            testbed_proc::RunError::Spawn { source, .. }
+            | testbed_proc::RunError::Wait { source, .. } => source.to_string(),
+            testbed_proc::RunError::TimedOut { .. } => "timed out after 1 h".into(),
+        };
+        FlightError::Other(format!(
+            "{} fetch --mode {mode}: {why} (`./x build` builds it, or set $TESTBED_ODBC_BIN)",
+            bin.display()
+        ))
+    })?;
+    if !done.status.success() {
+        return Err(FlightError::Other(format!(
+            "testbed-odbc fetch --mode {mode} failed ({}): {}",
+            done.status,
+            done.stderr.trim()
+        )));
     }
-    Ok(c)
-}
-
-/// Block fetch: `batch_rows` rows per SQLFetch into bound column buffers.
-pub fn fetch_blocks(conn_str: &str, sql: &str, batch_rows: usize) -> Result<Checksum> {
-    let conn = env()?
-        .connect_with_connection_string(conn_str, ConnectionOptions::default())
-        .map_err(|e| odbc_err("connect", e))?;
-    let mut cursor = conn
-        .execute(sql, (), None)
-        .map_err(|e| odbc_err("execute", e))?
-        .ok_or_else(|| FlightError::Other("ODBC: the query returned no result set".into()))?;
-    let cols = kinds(&mut cursor)?;
-    let descs = cols.iter().map(|k| match k {
-        Col::Int => BufferDesc::I64 { nullable: true },
-        Col::Float => BufferDesc::F64 { nullable: true },
-        Col::Timestamp => BufferDesc::Timestamp { nullable: true },
-        Col::Text(n) => BufferDesc::Text { max_str_len: *n },
-    });
-    let buffer = ColumnarAnyBuffer::from_descs(batch_rows.max(1), descs);
-    let mut block = cursor
-        .bind_buffer(buffer)
-        .map_err(|e| odbc_err("bind buffers", e))?;
-    let mut c = Checksum::default();
-    while let Some(batch) = block.fetch().map_err(|e| odbc_err("fetch", e))? {
-        for i in 0..cols.len() {
-            match batch.column(i) {
-                AnySlice::NullableI64(s) => s.flatten().for_each(|v| c.int(*v)),
-                AnySlice::NullableF64(s) => s.flatten().for_each(|v| c.float(*v)),
-                AnySlice::NullableTimestamp(s) => s.flatten().for_each(|v| c.micros(ts_micros(v))),
-                AnySlice::Text(view) => {
-                    for j in 0..view.len() {
-                        if let Some(b) = view.get(j) {
-                            c.text(b);
-                        }
-                    }
-                }
-                _ => return Err(FlightError::Other("ODBC: unexpected buffer kind".into())),
-            }
-        }
-        c.rows += batch.num_rows() as u64;
-    }
-    Ok(c)
+    serde_json::from_str(done.stdout.trim())
+        .map_err(|e| FlightError::Other(format!("testbed-odbc printed {:?}: {e}", done.stdout)))
 }

@@ -536,6 +536,7 @@ pub async fn fetch(
         .execute(sql.to_string(), None)
         .await
         .map_err(|e| rpc("Flight SQL execute", e))?;
+    use super::taxi::BatchChecksum;
     let mut c = super::taxi::Checksum::default();
     for ep in info.endpoint {
         let ticket = ep

@@ -13,7 +13,6 @@ use arrow::datatypes::{
     DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef, TimeUnit,
     TimestampMicrosecondType,
 };
-use serde::Serialize;
 
 use crate::error::{FlightError, Result};
 
@@ -190,17 +189,6 @@ pub fn csv_line(t: &Trip, out: &mut String) {
     );
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
@@ -225,108 +213,75 @@ pub fn timestamp_text(us: i64) -> String {
     )
 }
 
-/// Order-independent digest of fetched rows: wrapping sums of ints,
-/// timestamps (µs since 1970), money (rounded to cents) and FNV-1a hashes of
-/// strings. Equal checksums mean the same multiset of values.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Checksum {
-    pub rows: u64,
-    pub ints: u64,
-    pub micros: u64,
-    pub cents: u64,
-    pub strings: u64,
+/// The checksum every client computes (shared with testbed-odbc, which
+/// links no Arrow): see [`testbed_lines::taxi::Checksum`].
+pub use testbed_lines::taxi::{Checksum, days_from_civil, fnv1a};
+
+/// Adds Arrow batches to a [`Checksum`].
+pub trait BatchChecksum {
+    fn add_batch(&mut self, b: &RecordBatch) -> Result<()>;
 }
 
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
-    })
-}
-
-impl Checksum {
-    pub fn int(&mut self, v: i64) {
-        self.ints = self.ints.wrapping_add(v as u64);
-    }
-    pub fn micros(&mut self, v: i64) {
-        self.micros = self.micros.wrapping_add(v as u64);
-    }
-    pub fn float(&mut self, v: f64) {
-        self.cents = self.cents.wrapping_add((v * 100.0).round() as i64 as u64);
-    }
-    pub fn text(&mut self, s: &[u8]) {
-        self.strings = self.strings.wrapping_add(fnv1a(s));
-    }
-
-    /// A short fingerprint for tables.
-    pub fn short(&self) -> String {
-        let h = fnv1a(
-            &[self.ints, self.micros, self.cents, self.strings]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<u8>>(),
-        );
-        format!("{:016x}", h)
-    }
-
+impl BatchChecksum for Checksum {
     /// Adds every row of an Arrow batch (any int width, µs timestamps,
     /// floats, strings), as the Flight SQL client sees them.
-    pub fn add_batch(&mut self, b: &RecordBatch) -> Result<()> {
+    fn add_batch(&mut self, b: &RecordBatch) -> Result<()> {
         for col in b.columns() {
-            self.add_array(col.as_ref())?;
+            add_array(self, col.as_ref())?;
         }
         self.rows += b.num_rows() as u64;
         Ok(())
     }
+}
 
-    fn add_array(&mut self, a: &dyn Array) -> Result<()> {
-        // Nulls do not occur in the table (all NOT NULL); skip them if a
-        // source ever sends some.
-        let valid = |i: usize| a.is_valid(i);
-        match a.data_type() {
-            DataType::Int32 => {
-                let a = a.as_primitive::<Int32Type>();
-                (0..a.len())
-                    .filter(|&i| valid(i))
-                    .for_each(|i| self.int(i64::from(a.value(i))));
-            }
-            DataType::Int64 => {
-                let a = a.as_primitive::<Int64Type>();
-                (0..a.len())
-                    .filter(|&i| valid(i))
-                    .for_each(|i| self.int(a.value(i)));
-            }
-            DataType::Timestamp(TimeUnit::Microsecond, _) => {
-                let a = a.as_primitive::<TimestampMicrosecondType>();
-                (0..a.len())
-                    .filter(|&i| valid(i))
-                    .for_each(|i| self.micros(a.value(i)));
-            }
-            DataType::Float64 => {
-                let a = a.as_primitive::<Float64Type>();
-                (0..a.len())
-                    .filter(|&i| valid(i))
-                    .for_each(|i| self.float(a.value(i)));
-            }
-            DataType::Utf8 => {
-                let a = a.as_string::<i32>();
-                (0..a.len())
-                    .filter(|&i| valid(i))
-                    .for_each(|i| self.text(a.value(i).as_bytes()));
-            }
-            DataType::LargeUtf8 => {
-                let a = a.as_string::<i64>();
-                (0..a.len())
-                    .filter(|&i| valid(i))
-                    .for_each(|i| self.text(a.value(i).as_bytes()));
-            }
-            other => {
-                return Err(FlightError::Other(format!(
-                    "checksum: unexpected column type {other}"
-                )));
-            }
+fn add_array(c: &mut Checksum, a: &dyn Array) -> Result<()> {
+    // Nulls do not occur in the table (all NOT NULL); skip them if a
+    // source ever sends some.
+    let valid = |i: usize| a.is_valid(i);
+    match a.data_type() {
+        DataType::Int32 => {
+            let a = a.as_primitive::<Int32Type>();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.int(i64::from(a.value(i))));
         }
-        Ok(())
+        DataType::Int64 => {
+            let a = a.as_primitive::<Int64Type>();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.int(a.value(i)));
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            let a = a.as_primitive::<TimestampMicrosecondType>();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.micros(a.value(i)));
+        }
+        DataType::Float64 => {
+            let a = a.as_primitive::<Float64Type>();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.float(a.value(i)));
+        }
+        DataType::Utf8 => {
+            let a = a.as_string::<i32>();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.text(a.value(i).as_bytes()));
+        }
+        DataType::LargeUtf8 => {
+            let a = a.as_string::<i64>();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.text(a.value(i).as_bytes()));
+        }
+        other => {
+            return Err(FlightError::Other(format!(
+                "checksum: unexpected column type {other}"
+            )));
+        }
     }
+    Ok(())
 }
 
 /// The checksum of the first `n` rows, straight from the generator.

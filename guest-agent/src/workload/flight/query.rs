@@ -1,8 +1,8 @@
 //! `flight-query`: the query comparison (PostgreSQL via ODBC row/block
-//! fetch, tokio-postgres, Flight SQL over PostgreSQL by binary COPY and by rows, and over Parquet) for one N,
-//! run by `testbed-flight query --json`. PostgreSQL 15 must be installed
-//! where it runs, and the ODBC clients need a testbed-flight built with
-//! `--features odbc`.
+//! fetch, tokio-postgres, Flight SQL over PostgreSQL by binary COPY and by
+//! rows, and over Parquet) for one N, run by `testbed-flight query --json`.
+//! PostgreSQL 15 must be installed where it runs; the ODBC clients run
+//! `testbed-odbc` (host only: it is linked dynamically).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -163,9 +163,13 @@ impl crate::workload::WorkloadParams for FlightQueryParams {
         run_query(self, ctx)
     }
     fn needs(&self) -> crate::workload::Needs {
+        let mut host_steps = vec!["postgres"];
+        if self.clients.iter().any(|c| c.starts_with("odbc-")) {
+            host_steps.push("odbc");
+        }
         crate::workload::Needs {
             helpers: vec![registry::FLIGHT],
-            host_steps: vec!["postgres"],
+            host_steps,
             ..Default::default()
         }
     }

@@ -1,0 +1,208 @@
+//! `testbed-odbc fetch`: the query comparison's ODBC clients through
+//! unixODBC and psqlODBC: row at a time with SQLGetData (what pyodbc does)
+//! and block fetch into bound columnar buffers (what turbodbc does). The
+//! connection string (it holds the password) comes from $TESTBED_ODBC_CONN,
+//! not the command line. Prints one JSON line: the rows' checksum and the
+//! seconds from connect to the last row (process start not counted, the
+//! same span as the in-process clients of `testbed-flight query`).
+
+use std::sync::OnceLock;
+
+use odbc_api::buffers::{AnySlice, BufferDesc, ColumnarAnyBuffer};
+use odbc_api::sys::Timestamp;
+use odbc_api::{ConnectionOptions, Cursor, DataType, Environment, Nullable, ResultSetMetadata};
+
+use testbed_lines::taxi::{Checksum, OdbcFetch, days_from_civil};
+
+type Result<T> = anyhow::Result<T>;
+
+/// Where the connection string comes from.
+const CONN_ENV: &str = "TESTBED_ODBC_CONN";
+
+fn odbc_err(context: &str, e: odbc_api::Error) -> anyhow::Error {
+    anyhow::anyhow!("ODBC {context}: {e}")
+}
+
+/// One environment per process, as ODBC recommends.
+fn env() -> Result<&'static Environment> {
+    static ENV: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
+    ENV.get_or_init(|| Environment::new().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("ODBC environment: {e}"))
+}
+
+#[derive(Clone, Copy)]
+enum Col {
+    Int,
+    Float,
+    Timestamp,
+    Text(usize),
+}
+
+fn kinds(cursor: &mut impl ResultSetMetadata) -> Result<Vec<Col>> {
+    let n = cursor
+        .num_result_cols()
+        .map_err(|e| odbc_err("columns", e))?;
+    (1..=n as u16)
+        .map(|i| {
+            let t = cursor
+                .col_data_type(i)
+                .map_err(|e| odbc_err("column type", e))?;
+            Ok(match t {
+                DataType::Integer | DataType::SmallInt | DataType::BigInt | DataType::TinyInt => {
+                    Col::Int
+                }
+                DataType::Double | DataType::Float { .. } | DataType::Real => Col::Float,
+                DataType::Timestamp { .. } => Col::Timestamp,
+                // psqlODBC reports text as LONGVARCHAR(8190); the taxi
+                // strings are short, and a longer one would be truncated and
+                // so change the checksum, not pass silently.
+                other => Col::Text(other.column_size().map_or(64, |s| s.get()).min(64)),
+            })
+        })
+        .collect()
+}
+
+fn ts_micros(t: &Timestamp) -> i64 {
+    let days = days_from_civil(i64::from(t.year), u32::from(t.month), u32::from(t.day));
+    let secs =
+        days * 86_400 + i64::from(t.hour) * 3600 + i64::from(t.minute) * 60 + i64::from(t.second);
+    secs * 1_000_000 + i64::from(t.fraction) / 1000
+}
+
+/// Row at a time: SQLFetch, then SQLGetData per column.
+fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
+    let conn = env()?
+        .connect_with_connection_string(conn_str, ConnectionOptions::default())
+        .map_err(|e| odbc_err("connect", e))?;
+    let mut cursor = conn
+        .execute(sql, (), None)
+        .map_err(|e| odbc_err("execute", e))?
+        .ok_or_else(|| anyhow::anyhow!("ODBC: the query returned no result set"))?;
+    let cols = kinds(&mut cursor)?;
+    let mut c = Checksum::default();
+    let mut text = Vec::new();
+    while let Some(mut row) = cursor.next_row().map_err(|e| odbc_err("fetch", e))? {
+        for (i, k) in cols.iter().enumerate() {
+            let col = i as u16 + 1;
+            match k {
+                Col::Int => {
+                    let mut v = Nullable::<i64>::null();
+                    row.get_data(col, &mut v)
+                        .map_err(|e| odbc_err("get int", e))?;
+                    if let Some(v) = v.into_opt() {
+                        c.int(v);
+                    }
+                }
+                Col::Float => {
+                    let mut v = Nullable::<f64>::null();
+                    row.get_data(col, &mut v)
+                        .map_err(|e| odbc_err("get float", e))?;
+                    if let Some(v) = v.into_opt() {
+                        c.float(v);
+                    }
+                }
+                Col::Timestamp => {
+                    let mut v = Nullable::<Timestamp>::null();
+                    row.get_data(col, &mut v)
+                        .map_err(|e| odbc_err("get timestamp", e))?;
+                    if let Some(v) = v.into_opt() {
+                        c.micros(ts_micros(&v));
+                    }
+                }
+                Col::Text(_) => {
+                    if row
+                        .get_text(col, &mut text)
+                        .map_err(|e| odbc_err("get text", e))?
+                    {
+                        c.text(&text);
+                    }
+                }
+            }
+        }
+        c.rows += 1;
+    }
+    Ok(c)
+}
+
+/// Block fetch: `batch_rows` rows per SQLFetch into bound column buffers.
+fn fetch_blocks(conn_str: &str, sql: &str, batch_rows: usize) -> Result<Checksum> {
+    let conn = env()?
+        .connect_with_connection_string(conn_str, ConnectionOptions::default())
+        .map_err(|e| odbc_err("connect", e))?;
+    let mut cursor = conn
+        .execute(sql, (), None)
+        .map_err(|e| odbc_err("execute", e))?
+        .ok_or_else(|| anyhow::anyhow!("ODBC: the query returned no result set"))?;
+    let cols = kinds(&mut cursor)?;
+    let descs = cols.iter().map(|k| match k {
+        Col::Int => BufferDesc::I64 { nullable: true },
+        Col::Float => BufferDesc::F64 { nullable: true },
+        Col::Timestamp => BufferDesc::Timestamp { nullable: true },
+        Col::Text(n) => BufferDesc::Text { max_str_len: *n },
+    });
+    let buffer = ColumnarAnyBuffer::from_descs(batch_rows.max(1), descs);
+    let mut block = cursor
+        .bind_buffer(buffer)
+        .map_err(|e| odbc_err("bind buffers", e))?;
+    let mut c = Checksum::default();
+    while let Some(batch) = block.fetch().map_err(|e| odbc_err("fetch", e))? {
+        for i in 0..cols.len() {
+            match batch.column(i) {
+                AnySlice::NullableI64(s) => s.flatten().for_each(|v| c.int(*v)),
+                AnySlice::NullableF64(s) => s.flatten().for_each(|v| c.float(*v)),
+                AnySlice::NullableTimestamp(s) => s.flatten().for_each(|v| c.micros(ts_micros(v))),
+                AnySlice::Text(view) => {
+                    for j in 0..view.len() {
+                        if let Some(b) = view.get(j) {
+                            c.text(b);
+                        }
+                    }
+                }
+                _ => anyhow::bail!("ODBC: unexpected buffer kind"),
+            }
+        }
+        c.rows += batch.num_rows() as u64;
+    }
+    Ok(c)
+}
+
+#[derive(clap::Parser)]
+#[command(
+    name = "testbed-odbc",
+    about = "ODBC clients of the testbed's query comparison"
+)]
+enum Cli {
+    /// Run SQL and fetch every row; print {"checksum": …, "seconds": …}.
+    Fetch {
+        #[arg(long)]
+        sql: String,
+        /// rows: SQLFetch + SQLGetData per value; blocks: bound column buffers.
+        #[arg(long, value_parser = ["rows", "blocks"])]
+        mode: String,
+        /// Rows per block fetch.
+        #[arg(long, default_value_t = 65_536)]
+        batch_rows: usize,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let Cli::Fetch {
+        sql,
+        mode,
+        batch_rows,
+    } = <Cli as clap::Parser>::parse();
+    let conn = std::env::var(CONN_ENV)
+        .map_err(|_| anyhow::anyhow!("${CONN_ENV} must hold the ODBC connection string"))?;
+    let started = std::time::Instant::now();
+    let checksum = match mode.as_str() {
+        "rows" => fetch_rows(&conn, &sql)?,
+        _ => fetch_blocks(&conn, &sql, batch_rows)?,
+    };
+    let line = OdbcFetch {
+        checksum,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    println!("{}", serde_json::to_string(&line)?);
+    Ok(())
+}
