@@ -1,8 +1,8 @@
-//! ArrowSAM in the VM, as CI and `reproduce --quick` run it: `testbed run`
-//! of the quick specs boots the debian-cloud kernel with the
-//! `bookworm-asam` guest image (built by mmdebstrap when not cached),
-//! formats the scratch NVMe device as ext4, and runs the tiny data set
-//! with the Debian tools inside the guest.
+//! The quick specs that run on the `bookworm-asam` guest image, as CI and
+//! `reproduce --quick` run them: `testbed run` boots the debian-cloud
+//! kernel with the image (built by mmdebstrap when not cached) and the
+//! Debian tools run inside the guest. ArrowSAM's format the scratch NVMe
+//! device as ext4 and run the tiny data set.
 //!
 //! - asam-workflow-quick: all four placements; ArrowSAM's correctness
 //!   gates against samtools sort and Picard MarkDuplicates must pass, and
@@ -11,6 +11,9 @@
 //!   same SAM; the gates ran over every record, every tool finds the same
 //!   duplicates, and `testbed check` leaves a Picard claim undecided
 //!   unless one JVM start-up was small beside the work (`requires`).
+//! - flight-query-vm-quick: the image's PostgreSQL 15, started inside the
+//!   guest, read by tokio-postgres and the three Flight SQL paths; every
+//!   client's rows equal the generated table's.
 //!
 //! Ignored (builds the image once, boots VMs, minutes under TCG); `./x
 //! test` runs them.
@@ -36,10 +39,10 @@ fn testbed(args: &[&std::ffi::OsStr]) -> (bool, String) {
     (o.status.success(), text)
 }
 
-/// `testbed run experiments/arrowsam/SPEC --out OUT`, which must succeed;
-/// its manifest.
+/// `testbed run experiments/SPEC --out OUT`, which must succeed; its
+/// manifest.
 fn run_quick_spec(spec: &str, out: &Path) -> serde_json::Value {
-    let spec = repo().join("experiments/arrowsam").join(spec);
+    let spec = repo().join("experiments").join(spec);
     let started = Instant::now();
     let (ok, text) = testbed(&[
         "run".as_ref(),
@@ -59,7 +62,7 @@ fn run_quick_spec(spec: &str, out: &Path) -> serde_json::Value {
 #[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM (minutes under TCG)"]
 fn the_quick_workflow_runs_every_placement_in_the_vm_and_passes_its_gates() {
     let dir = tempfile::tempdir().unwrap();
-    let m = run_quick_spec("asam-workflow-quick.toml", &dir.path().join("run"));
+    let m = run_quick_spec("arrowsam/asam-workflow-quick.toml", &dir.path().join("run"));
     let points = m["points"].as_array().unwrap();
     assert_eq!(points.len(), 4, "{points:?}");
     let mut records = Vec::new();
@@ -100,7 +103,7 @@ fn the_quick_workflow_runs_every_placement_in_the_vm_and_passes_its_gates() {
 fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let m = run_quick_spec("asam-preproc-quick.toml", &out);
+    let m = run_quick_spec("arrowsam/asam-preproc-quick.toml", &out);
     assert_eq!(m["executor"], "qemu");
     assert!(
         m["inputs"]["rootfs"]["key"]
@@ -167,6 +170,38 @@ fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
         } else {
             assert_eq!(v, "not-measurable", "{id}: {numbers}");
             assert!(numbers.starts_with("rests on startup-small"), "{numbers}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM"]
+fn the_query_comparison_runs_against_postgresql_inside_the_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = run_quick_spec("flight/flight-query-vm-quick.toml", &dir.path().join("run"));
+    assert_eq!(m["executor"], "qemu");
+    let points = m["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{points:?}");
+    for p in points {
+        assert_eq!(p["ok"], true, "{p}");
+        let s = &p["summary"];
+        assert_eq!(s["checksums_match"], true, "{s}");
+        for client in [
+            "tokio-postgres",
+            "flight-sql",
+            "flight-sql-rows",
+            "flight-sql-parquet",
+        ] {
+            assert!(
+                s[format!("{client}_seconds")]
+                    .as_f64()
+                    .is_some_and(|t| t > 0.0),
+                "{client}: {s}"
+            );
+            assert_eq!(
+                s[format!("{client}_checksum")],
+                s["tokio-postgres_checksum"]
+            );
         }
     }
 }
