@@ -70,6 +70,18 @@ fn ts_micros(t: &Timestamp) -> i64 {
     secs * 1_000_000 + i64::from(t.fraction) / 1000
 }
 
+/// One value by SQLGetData; None for NULL.
+fn get<T>(row: &mut odbc_api::CursorRow<'_>, col: u16) -> Result<Option<T>>
+where
+    Nullable<T>: odbc_api::parameter::CElement + odbc_api::handles::CDataMut,
+    T: Default,
+{
+    let mut v = Nullable::<T>::null();
+    row.get_data(col, &mut v)
+        .map_err(|e| odbc_err(&format!("get column {col}"), e))?;
+    Ok(v.into_opt())
+}
+
 /// Row at a time: SQLFetch, then SQLGetData per column.
 fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
     let conn = env()?
@@ -87,26 +99,17 @@ fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
             let col = i as u16 + 1;
             match k {
                 Col::Int => {
-                    let mut v = Nullable::<i64>::null();
-                    row.get_data(col, &mut v)
-                        .map_err(|e| odbc_err("get int", e))?;
-                    if let Some(v) = v.into_opt() {
+                    if let Some(v) = get::<i64>(&mut row, col)? {
                         c.int(v);
                     }
                 }
                 Col::Float => {
-                    let mut v = Nullable::<f64>::null();
-                    row.get_data(col, &mut v)
-                        .map_err(|e| odbc_err("get float", e))?;
-                    if let Some(v) = v.into_opt() {
+                    if let Some(v) = get::<f64>(&mut row, col)? {
                         c.float(v);
                     }
                 }
                 Col::Timestamp => {
-                    let mut v = Nullable::<Timestamp>::null();
-                    row.get_data(col, &mut v)
-                        .map_err(|e| odbc_err("get timestamp", e))?;
-                    if let Some(v) = v.into_opt() {
+                    if let Some(v) = get::<Timestamp>(&mut row, col)? {
                         c.micros(ts_micros(&v));
                     }
                 }
