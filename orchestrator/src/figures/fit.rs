@@ -13,6 +13,9 @@ use crate::results::columns;
 /// One line per misfit: "figure F, panel P: …".
 pub fn misfits(def: &FigureDef, plan: &Plan) -> Vec<String> {
     let mut params: BTreeSet<String> = BTreeSet::new();
+    // A figure may draw against the VM's vCPUs: a `vm.vcpus` sweep's column
+    // (a run without that axis draws such a panel empty, with a note).
+    params.insert(columns::column_name("param", crate::plan::VCPUS_AXIS));
     let mut metrics = Vec::new();
     for p in &plan.points {
         for name in columns::point_params(&p.workload.resolved(), &p.params).keys() {
