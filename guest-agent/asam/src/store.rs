@@ -8,9 +8,9 @@
 //! through the descriptor it was written with, never reopened by path, so
 //! nobody else can swap or change what a stage maps.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -123,14 +123,7 @@ pub fn private_dir(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
 
 /// A new file at `path`, ours only (mode 0600), never through a symlink.
 pub fn create_new(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| AsamError::io(path, e))
+    testbed_proc::create_private_file(path).map_err(|e| AsamError::io(path, e))
 }
 
 /// Writes `batches` (all of `schema`) into `file` as one Arrow IPC file.

@@ -3,8 +3,8 @@
 //! nothing another user prepared in a shared /tmp is used or written
 //! through.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use crate::error::{FlightError, Result};
@@ -23,13 +23,7 @@ pub fn tempdir(prefix: &str) -> Result<tempfile::TempDir> {
 /// Creates `path`, which must not exist yet (not even as a symlink), for
 /// reading and writing by us only (mode 0600).
 pub fn create_new(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+    testbed_proc::create_private_file(path)
         .map_err(|e| FlightError::io(format!("create {}", path.display()), e))
 }
 

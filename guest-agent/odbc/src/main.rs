@@ -82,8 +82,9 @@ where
     Ok(v.into_opt())
 }
 
-/// Row at a time: SQLFetch, then SQLGetData per column.
-fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
+/// Connects, runs `sql` and reads every row: by rows, or in blocks of
+/// `batch_rows` (None).
+fn fetch(conn_str: &str, sql: &str, blocks: Option<usize>) -> Result<Checksum> {
     let conn = env()?
         .connect_with_connection_string(conn_str, ConnectionOptions::default())
         .map_err(|e| odbc_err("connect", e))?;
@@ -92,6 +93,14 @@ fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
         .map_err(|e| odbc_err("execute", e))?
         .ok_or_else(|| anyhow::anyhow!("ODBC: the query returned no result set"))?;
     let cols = kinds(&mut cursor)?;
+    match blocks {
+        None => fetch_rows(cursor, &cols),
+        Some(n) => fetch_blocks(cursor, &cols, n),
+    }
+}
+
+/// Row at a time: SQLFetch, then SQLGetData per column.
+fn fetch_rows(mut cursor: impl Cursor, cols: &[Col]) -> Result<Checksum> {
     let mut c = Checksum::default();
     let mut text = Vec::new();
     while let Some(mut row) = cursor.next_row().map_err(|e| odbc_err("fetch", e))? {
@@ -129,15 +138,7 @@ fn fetch_rows(conn_str: &str, sql: &str) -> Result<Checksum> {
 }
 
 /// Block fetch: `batch_rows` rows per SQLFetch into bound column buffers.
-fn fetch_blocks(conn_str: &str, sql: &str, batch_rows: usize) -> Result<Checksum> {
-    let conn = env()?
-        .connect_with_connection_string(conn_str, ConnectionOptions::default())
-        .map_err(|e| odbc_err("connect", e))?;
-    let mut cursor = conn
-        .execute(sql, (), None)
-        .map_err(|e| odbc_err("execute", e))?
-        .ok_or_else(|| anyhow::anyhow!("ODBC: the query returned no result set"))?;
-    let cols = kinds(&mut cursor)?;
+fn fetch_blocks(cursor: impl Cursor, cols: &[Col], batch_rows: usize) -> Result<Checksum> {
     let descs = cols.iter().map(|k| match k {
         Col::Int => BufferDesc::I64 { nullable: true },
         Col::Float => BufferDesc::F64 { nullable: true },
@@ -199,8 +200,8 @@ fn main() -> anyhow::Result<()> {
         .map_err(|_| anyhow::anyhow!("${CONN_ENV} must hold the ODBC connection string"))?;
     let started = std::time::Instant::now();
     let checksum = match mode.as_str() {
-        "rows" => fetch_rows(&conn, &sql)?,
-        _ => fetch_blocks(&conn, &sql, batch_rows)?,
+        "rows" => fetch(&conn, &sql, None)?,
+        _ => fetch(&conn, &sql, Some(batch_rows))?,
     };
     let line = OdbcFetch {
         checksum,

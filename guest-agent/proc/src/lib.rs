@@ -231,6 +231,20 @@ impl Drop for Group {
 /// process group is killed before this returns. Both pipes are drained on
 /// their own threads so a chatty child cannot block on a full pipe while we
 /// wait.
+/// Creates `path`, which must not exist yet (not even as a symlink), for
+/// reading and writing by us only (mode 0600): the one way the helpers
+/// create files another user could otherwise have planted first.
+pub fn create_private_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 pub fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<Finished, RunError> {
     let deadline = Instant::now() + timeout;
     let mut group = Group::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()))?;
