@@ -52,6 +52,10 @@ registry::workloads! {
         AsamWorkflow(AsamWorkflowParams) = "asam-workflow"
     }
     mod block_latency { BlockLatency(BlockLatencyParams) = "block-latency" }
+    mod layers {
+        /// Per-layer latency of O_DIRECT reads on ext4, BPF tracing loaded with aya.
+        LayerLatency(LayerLatencyParams) = "layer-latency"
+    }
 }
 
 impl Workload {

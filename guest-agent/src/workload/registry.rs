@@ -47,6 +47,9 @@ pub struct Needs {
     pub host_steps: Vec<&'static str>,
     /// The storage-hook BPF programs (ebpf-programs/), built for the kernel.
     pub bpf_programs: bool,
+    /// Kernel options that must be built in (=y), with what each is for;
+    /// the host checks the kernel's .config before boot.
+    pub kernel_options: &'static [(&'static str, &'static str)],
 }
 
 /// A binary of this workspace that runs in the guest.

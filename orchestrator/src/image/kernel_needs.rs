@@ -89,9 +89,71 @@ pub fn modules_for(kernel: &KernelArtifact, needs: &[Need]) -> Result<Vec<String
     }
 }
 
+/// Options a workload needs built in (`=y`: probes and BPF cannot come
+/// from a module loaded later); the first that is not is an error naming
+/// it, what it is for, and the kernel.
+pub fn check_built_in(
+    kernel_name: &str,
+    config: &str,
+    options: &[(&str, &str)],
+) -> Result<(), String> {
+    let cfg = parse_config(config);
+    match options
+        .iter()
+        .find(|(o, _)| cfg.get(o).copied() != Some("y"))
+    {
+        None => Ok(()),
+        Some((option, why)) => Err(format!(
+            "kernel {kernel_name} lacks {option}, needed for {why}: build a kernel with {option}=y (e.g. kernel.name = \"vm-hooks\")"
+        )),
+    }
+}
+
+/// As [`check_built_in`], on the kernel's cached `.config`; a kernel
+/// without one is refused too, since nothing else says what it has.
+pub fn check_built_in_for(kernel: &KernelArtifact, options: &[(&str, &str)]) -> Result<(), String> {
+    if options.is_empty() {
+        return Ok(());
+    }
+    let config = kernel
+        .dir()
+        .map(|d| d.join("config"))
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .ok_or_else(|| {
+            format!(
+                "kernel {} has no .config in its cache, so its options cannot be checked",
+                kernel.name
+            )
+        })?;
+    check_built_in(&kernel.name, &config, options)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_option_off_or_a_module_is_refused_naming_it() {
+        let opts = [
+            ("CONFIG_KPROBES", "the probes"),
+            ("CONFIG_DEBUG_INFO_BTF", "BTF"),
+        ];
+        let cfg = "CONFIG_KPROBES=y\nCONFIG_DEBUG_INFO_BTF=y\n";
+        check_built_in("k", cfg, &opts).unwrap();
+        let e = check_built_in(
+            "k",
+            "CONFIG_KPROBES=y\n# CONFIG_DEBUG_INFO_BTF is not set\n",
+            &opts,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("kernel k lacks CONFIG_DEBUG_INFO_BTF, needed for BTF"),
+            "{e}"
+        );
+        let e =
+            check_built_in("k", "CONFIG_KPROBES=m\nCONFIG_DEBUG_INFO_BTF=y\n", &opts).unwrap_err();
+        assert!(e.contains("CONFIG_KPROBES"), "{e}");
+    }
 
     #[test]
     fn built_in_needs_nothing_and_a_module_is_loaded() {
