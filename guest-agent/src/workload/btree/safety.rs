@@ -175,6 +175,9 @@ pub fn run(path: &str, plan: &TreePlan, dev_size: u64) -> Result<Vec<Case>, Work
     cases.push(nvme_status_error(&mut b));
     cases.push(uring_hop_cap(&b));
     for flags in [CHAINED_READ_SYSCALL, CHAINED_READ_NVME] {
+        cases.push(controller_reset_mid_chain(&mut b, flags));
+    }
+    for flags in [CHAINED_READ_SYSCALL, CHAINED_READ_NVME] {
         cases.push(still_works(&mut b, plan, flags));
     }
     Ok(cases)
@@ -417,6 +420,99 @@ fn nvme_status_error(b: &mut Bench) -> Case {
             .push_str(&format!("; could not disable DULBE: {e}"));
     }
     c
+}
+
+/// The controller's reset_controller attribute for the namespace at `path`
+/// (/dev/nvme0n1 -> /sys/block/nvme0n1/device/reset_controller).
+fn reset_attr(path: &str) -> Result<std::path::PathBuf, String> {
+    let name = std::path::Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("{path}: no device name"))?;
+    let attr = std::path::Path::new("/sys/block")
+        .join(&name)
+        .join("device/reset_controller");
+    if attr.exists() {
+        Ok(attr)
+    } else {
+        Err(format!("{}: no such attribute", attr.display()))
+    }
+}
+
+/// Chains that never end by themselves (the hop cap ends them with ELOOP)
+/// run back to back while another thread resets the controller. A chain
+/// caught by the reset must end with EIO (NVMe mode: the driver never
+/// re-sends on a queue being reset, and a cancelled request ends its
+/// chain); one the reset misses ends with ELOOP; nothing else is allowed,
+/// and the kernel must survive (the lookups after this case check that the
+/// hooks still work).
+fn controller_reset_mid_chain(b: &mut Bench, flags: u32) -> Case {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let name = format!("controller_reset_mid_chain_{}", mode_name(flags));
+    let Some(r) = b.jump(flags, 0, abi::STORAGE_CHAIN_NEXT) else {
+        return case(&name, false, "attack program not loaded".into());
+    };
+    let attr = match reset_attr(&b.path) {
+        Ok(a) => a,
+        Err(e) => return case(&name, false, e),
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let resetter = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            // Let a few chains start first.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let t = Instant::now();
+            // Returns once the reset has finished (nvme_reset_ctrl_sync).
+            let r = std::fs::write(&attr, "1").map_err(|e| e.to_string());
+            done.store(true, Ordering::SeqCst);
+            (r, t.elapsed())
+        })
+    };
+    let started = Instant::now();
+    let mut outcomes: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut after_reset = 0;
+    while after_reset < 3 && started.elapsed() < std::time::Duration::from_secs(60) {
+        let o = b.run(&r);
+        let key = match o.result {
+            Ok(_) => "success".to_string(),
+            Err(e) => errno_name(e),
+        };
+        *outcomes.entry(key).or_default() += 1;
+        if done.load(Ordering::SeqCst) {
+            after_reset += 1;
+        }
+    }
+    let (reset, took) = match resetter.join() {
+        Ok(v) => v,
+        Err(_) => return case(&name, false, "the resetting thread panicked".into()),
+    };
+    let allowed = |k: &str| k == "ELOOP" || k == "EIO";
+    let only_allowed = outcomes.keys().all(|k| allowed(k));
+    let caught = outcomes.get("EIO").copied().unwrap_or(0);
+    // In NVMe mode the chain in flight when the reset starts is cancelled
+    // or refused a re-send: at least one must end with EIO. The syscall
+    // mode's hops are plain reads the core retries after the reset, so
+    // its chains may all run to the hop cap.
+    let exercised = flags != CHAINED_READ_NVME || caught > 0;
+    let passed = reset.is_ok() && only_allowed && exercised && after_reset == 3;
+    case(
+        &name,
+        passed,
+        format!(
+            "reset {} in {took:?}; chains: {outcomes:?} (allowed: ELOOP, EIO{})",
+            match &reset {
+                Ok(()) => "done".to_string(),
+                Err(e) => format!("failed: {e}"),
+            },
+            if flags == CHAINED_READ_NVME {
+                "; at least one EIO"
+            } else {
+                ""
+            }
+        ),
+    )
 }
 
 /// The hop cap through IORING_OP_CHAINED_READ.
