@@ -11,6 +11,9 @@
  *  write_block  writes into the block just read: refused (read-only).
  *  read_past    reads beyond data_end without a check: refused.
  *  scratch_oob  reads the context past the scratch words: refused.
+ *  write_ctx    writes the context's read-only offset field: refused.
+ *  bad_helper   calls a helper outside the type's set (the current
+ *               task's pid, meaningless in an interrupt): refused.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -62,6 +65,20 @@ int scratch_oob(struct storage_chain_ctx *ctx)
 {
 	/* One word past the end of the context. */
 	ctx->scratch[0] = *(__u64 *)((char *)ctx + sizeof(*ctx));
+	return STORAGE_CHAIN_DONE;
+}
+
+SEC("storage_chain/write_ctx")
+int write_ctx(struct storage_chain_ctx *ctx)
+{
+	ctx->offset = ctx->scratch[AT_NEXT];	/* read-only: where the block is */
+	return STORAGE_CHAIN_DONE;
+}
+
+SEC("storage_chain/bad_helper")
+int bad_helper(struct storage_chain_ctx *ctx)
+{
+	ctx->scratch[0] = bpf_get_current_pid_tgid();
 	return STORAGE_CHAIN_DONE;
 }
 

@@ -358,28 +358,47 @@ fn wrong_program_type(b: &mut Bench) -> Case {
     expect("wrong_program_type".into(), &o, libc::EINVAL, None)
 }
 
-/// Programs the verifier must refuse; the reason is the log's last line.
+/// Programs the verifier must refuse, each for its own reason: the log's
+/// last line must say it.
 fn verifier_attacks(cases: &mut Vec<Case>) {
     let path = bpf_dir().join(ATTACKS);
-    for (section, why) in [
-        ("spin", "an unbounded loop"),
-        ("write_block", "a write into the block"),
-        ("read_past", "a read past data_end"),
-        ("scratch_oob", "a context read past the scratch words"),
+    for (section, why, says) in [
+        ("spin", "an unbounded loop", "infinite loop detected"),
+        ("write_block", "a write into the block", "cannot write into packet"),
+        ("read_past", "a read past data_end", "outside of the packet"),
+        (
+            "scratch_oob",
+            "a context read past the scratch words",
+            "invalid bpf_context access",
+        ),
+        (
+            "write_ctx",
+            "a write to the read-only offset field",
+            "invalid bpf_context access",
+        ),
+        (
+            "bad_helper",
+            "a helper outside the type's set (get_current_pid_tgid)",
+            "unknown func bpf_get_current_pid_tgid",
+        ),
     ] {
         let name = format!("verifier_refuses_{section}");
         match load_object(&path, &format!("storage_chain/{section}")) {
             Ok(_) => cases.push(case(&name, false, format!("{why} was accepted"))),
             Err(e) => {
                 let text = e.to_string();
-                let refused = text.contains("verifier rejected");
                 let reason = text
                     .lines()
                     .rev()
                     .find(|l| !l.trim().is_empty() && !l.starts_with("processed"))
                     .unwrap_or("")
                     .to_string();
-                cases.push(case(&name, refused, format!("{why}: {reason}")));
+                let refused = text.contains("verifier rejected") && reason.contains(says);
+                cases.push(case(
+                    &name,
+                    refused,
+                    format!("{why}: {reason} (expected: {says})"),
+                ));
             }
         }
     }
