@@ -91,21 +91,9 @@ const DEFAULT_IOS: u64 = 2000;
 
 impl FioParams {
     pub fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
-        let dev = devices.get(&self.device).ok_or_else(|| {
-            ParamError::new(
-                "device",
-                format!("no device named {:?} in [[devices]]", self.device),
-            )
-        })?;
-        let lbs = dev.logical_block_size.max(1);
-        for (field, v) in [("block_size", self.block_size), ("align", self.align)] {
-            if v == 0 || !v.is_multiple_of(lbs) {
-                return Err(ParamError::new(
-                    field,
-                    format!("{v} is not a positive multiple of the logical block size {lbs}"),
-                ));
-            }
-        }
+        let dev = super::named_device(devices, &self.device)?;
+        super::lba_multiple("block_size", self.block_size, dev)?;
+        super::lba_multiple("align", self.align, dev)?;
         if self.iodepth == 0 {
             return Err(ParamError::new("iodepth", "must be at least 1"));
         }

@@ -103,6 +103,29 @@ impl ParamError {
     }
 }
 
+/// The `[[devices]]` entry a workload's `device` field names.
+pub fn named_device<'a>(
+    devices: &'a BTreeMap<String, DeviceRef>,
+    name: &str,
+) -> Result<&'a DeviceRef, ParamError> {
+    devices.get(name).ok_or_else(|| {
+        ParamError::new("device", format!("no device named {name:?} in [[devices]]"))
+    })
+}
+
+/// `field` (= `v` bytes) must be a positive multiple of `dev`'s logical
+/// block size: O_DIRECT refuses anything else.
+pub fn lba_multiple(field: &str, v: u32, dev: &DeviceRef) -> Result<(), ParamError> {
+    let lbs = dev.logical_block_size.max(1);
+    if v == 0 || !v.is_multiple_of(lbs) {
+        return Err(ParamError::new(
+            field,
+            format!("{v} is not a positive multiple of the device's logical block size {lbs}"),
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     #[error("device {name:?}: {reason}")]

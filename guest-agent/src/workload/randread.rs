@@ -43,31 +43,9 @@ fn default_warmup() -> u64 {
 
 impl RandReadParams {
     pub fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
-        let dev = devices.get(&self.device).ok_or_else(|| {
-            ParamError::new(
-                "device",
-                format!("no device named {:?} in [[devices]]", self.device),
-            )
-        })?;
-        let lbs = dev.logical_block_size.max(1);
-        if self.block_size == 0 || !self.block_size.is_multiple_of(lbs) {
-            return Err(ParamError::new(
-                "block_size",
-                format!(
-                    "{} is not a positive multiple of the device's logical block size {lbs}",
-                    self.block_size
-                ),
-            ));
-        }
-        if self.align == 0 || !self.align.is_multiple_of(lbs) {
-            return Err(ParamError::new(
-                "align",
-                format!(
-                    "{} is not a positive multiple of the logical block size {lbs}",
-                    self.align
-                ),
-            ));
-        }
+        let dev = super::named_device(devices, &self.device)?;
+        super::lba_multiple("block_size", self.block_size, dev)?;
+        super::lba_multiple("align", self.align, dev)?;
         if self.threads == 0 {
             return Err(ParamError::new("threads", "must be at least 1"));
         }

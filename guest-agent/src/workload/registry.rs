@@ -49,7 +49,7 @@ pub struct Needs {
     pub bpf_programs: bool,
     /// Kernel options that must be built in (=y), with what each is for;
     /// the host checks the kernel's .config before boot.
-    pub kernel_options: &'static [(&'static str, &'static str)],
+    pub kernel_options: Vec<(&'static str, &'static str)>,
 }
 
 /// A binary of this workspace that runs in the guest.

@@ -166,7 +166,7 @@ pub(crate) fn build_shared_image(
         files: BTreeMap::new(),
     };
     // Before anything is built: the workload's probes need these options.
-    image::kernel_needs::check_built_in_for(kernel, loaded.base_workload.needs().kernel_options)
+    image::kernel_needs::check_built_in_for(kernel, &loaded.base_workload.needs().kernel_options)
         .map_err(|e| RunError::Spec(loaded.error_at("workload", Some("kind"), e)))?;
     let rootfs = match &spec.image.name {
         Some(name) => Some(root_image(loaded, name, cache, progress)?),

@@ -115,41 +115,16 @@ pub const KERNEL_OPTIONS: &[(&str, &str)] = &[
     ("CONFIG_BLK_DEV_NVME", "the NVMe driver probes"),
 ];
 
-/// As [`KERNEL_OPTIONS`], plus the storage hooks for `hook_depths`.
-pub const KERNEL_OPTIONS_WITH_HOOK: &[(&str, &str)] = &[
-    ("CONFIG_BPF_SYSCALL", "loading BPF programs"),
-    ("CONFIG_DEBUG_INFO_BTF", "the BTF the programs are built against"),
-    ("CONFIG_BPF_EVENTS", "BPF programs on kprobes and tracepoints"),
-    ("CONFIG_KPROBES", "the ext4 and NVMe driver probes"),
-    ("CONFIG_KPROBE_EVENTS", "the ext4 and NVMe driver probes"),
-    ("CONFIG_TRACEPOINTS", "the block layer tracepoints"),
-    ("CONFIG_FTRACE_SYSCALLS", "the raw_syscalls tracepoints"),
-    ("CONFIG_EXT4_FS", "the file system the reads go through"),
-    ("CONFIG_BLK_DEV_NVME", "the NVMe driver probes"),
-    (
-        "CONFIG_CHAINED_READ",
-        "hook_depths (the storage hooks: kernel.name = \"vm-hooks\")",
-    ),
-];
+/// What `hook_depths` adds: the storage hooks.
+const HOOK_OPTION: (&str, &str) = (
+    "CONFIG_CHAINED_READ",
+    "hook_depths (the storage hooks: kernel.name = \"vm-hooks\")",
+);
 
 impl WorkloadParams for LayerLatencyParams {
     fn validate(&self, devices: &BTreeMap<String, DeviceRef>) -> Result<(), ParamError> {
-        let dev = devices.get(&self.device).ok_or_else(|| {
-            ParamError::new(
-                "device",
-                format!("no device named {:?} in [[devices]]", self.device),
-            )
-        })?;
-        let lbs = dev.logical_block_size.max(1);
-        if self.block_size == 0 || !self.block_size.is_multiple_of(lbs) {
-            return Err(ParamError::new(
-                "block_size",
-                format!(
-                    "{} is not a positive multiple of the device's logical block size {lbs}",
-                    self.block_size
-                ),
-            ));
-        }
+        let dev = super::named_device(devices, &self.device)?;
+        super::lba_multiple("block_size", self.block_size, dev)?;
         if self.block_size > 4096 {
             return Err(ParamError::new(
                 "block_size",
@@ -203,11 +178,11 @@ impl WorkloadParams for LayerLatencyParams {
     fn needs(&self) -> Needs {
         Needs {
             bpf_programs: true,
-            kernel_options: if self.hook_depths.is_empty() {
-                KERNEL_OPTIONS
-            } else {
-                KERNEL_OPTIONS_WITH_HOOK
-            },
+            kernel_options: KERNEL_OPTIONS
+                .iter()
+                .copied()
+                .chain((!self.hook_depths.is_empty()).then_some(HOOK_OPTION))
+                .collect(),
             ..Needs::default()
         }
     }
