@@ -7,6 +7,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::Instant;
 
 use super::engine_hook::{bpf_dir, load_object, load_program};
@@ -177,6 +178,7 @@ pub fn run(path: &str, plan: &TreePlan, dev_size: u64) -> Result<Vec<Case>, Work
     for flags in [CHAINED_READ_SYSCALL, CHAINED_READ_NVME] {
         cases.push(controller_reset_mid_chain(&mut b, flags));
     }
+    cases.extend(partition_chains(&mut b));
     for flags in [CHAINED_READ_SYSCALL, CHAINED_READ_NVME] {
         cases.push(still_works(&mut b, plan, flags));
     }
@@ -532,6 +534,161 @@ fn controller_reset_mid_chain(b: &mut Bench, flags: u32) -> Case {
             }
         ),
     )
+}
+
+/// Where the partition of [`partition_chains`] starts: 4 KiB in, so its
+/// blocks are the tree's (distinct data), shifted.
+const PART_START_SECTOR: u64 = 8;
+
+/// Sector 0 of the device with one MBR partition from PART_START_SECTOR
+/// over `sectors` sectors.
+fn mbr(sectors: u64) -> [u8; 512] {
+    let mut m = [0u8; 512];
+    let e = &mut m[446..462];
+    e[4] = 0x83; // Linux
+    e[8..12].copy_from_slice(&(PART_START_SECTOR as u32).to_le_bytes());
+    e[12..16].copy_from_slice(&(sectors as u32).to_le_bytes());
+    m[510] = 0x55;
+    m[511] = 0xaa;
+    m
+}
+
+/// Asks the kernel to re-read the partition table (BLKRRPART).
+fn reread_partitions(file: &File) -> Result<(), String> {
+    const BLKRRPART: libc::c_ulong = 0x125f;
+    // SAFETY: BLKRRPART takes no argument.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), BLKRRPART as _) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("BLKRRPART: {}", std::io::Error::last_os_error()))
+    }
+}
+
+/// Chains on a partition: offsets are relative to it (the re-issued hops
+/// of NVMe mode too, which bypass the block layer's remapping), and its
+/// end is the limit. Writes an MBR over sector 0 of the device for the
+/// cases and puts the sector back afterwards (the lookups after this case
+/// read the tree through it).
+fn partition_chains(b: &mut Bench) -> Vec<Case> {
+    use std::os::unix::fs::FileExt;
+    let fail = |e: String| vec![case("partition_setup", false, e)];
+    let rw = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&b.path)
+    {
+        Ok(f) => f,
+        Err(e) => return fail(format!("open {} for writing: {e}", b.path)),
+    };
+    let mut saved = match AlignedBuf::new(512, 4096) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    if let Err(e) = rw.read_at(saved.as_mut_slice(), 0) {
+        return fail(format!("read sector 0: {e}"));
+    }
+    // Half the device: a next offset past its end is still on the device.
+    let part_sectors = b.dev_size / 2 / 512;
+    let cases = write_sector0(&rw, &mbr(part_sectors))
+        .and_then(|()| reread_partitions(&rw))
+        .and_then(|()| open_partition(&b.path))
+        .and_then(|part| {
+            let whole = std::mem::replace(&mut b.file, part);
+            let cases = partition_cases(b, &whole, part_sectors * 512);
+            // The partition's fd closes here, before the table is re-read.
+            b.file = whole;
+            cases
+        });
+    // Put sector 0 back and drop the partition, whatever happened.
+    let restored = write_sector0(&rw, saved.as_slice()).and_then(|()| reread_partitions(&rw));
+    let mut cases = cases.unwrap_or_else(fail);
+    cases.push(case(
+        "partition_restored",
+        restored.is_ok(),
+        format!("sector 0 written back, partition table re-read: {restored:?}"),
+    ));
+    cases
+}
+
+fn write_sector0(file: &File, bytes: &[u8]) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = AlignedBuf::new(512, 4096).map_err(|e| e.to_string())?;
+    buf.as_mut_slice().copy_from_slice(&bytes[..512]);
+    file.write_at(buf.as_slice(), 0)
+        .map(|_| ())
+        .map_err(|e| format!("write sector 0: {e}"))
+}
+
+/// nvme0n1 -> nvme0n1p1, once devtmpfs has it.
+fn open_partition(path: &str) -> Result<File, String> {
+    let part_path = format!("{path}p1");
+    let started = Instant::now();
+    while !std::path::Path::new(&part_path).exists() {
+        if started.elapsed() > std::time::Duration::from_secs(5) {
+            return Err(format!("{part_path} did not appear"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    open_direct(&part_path).map_err(|e| e.to_string())
+}
+
+/// The cases on the partition `b.file` now is; `whole` is the device.
+fn partition_cases(b: &mut Bench, whole: &File, part_bytes: u64) -> Result<Vec<Case>, String> {
+    use std::os::unix::fs::FileExt;
+    let read = |at: u64| -> Result<Vec<u8>, String> {
+        let mut buf = AlignedBuf::new(512, 4096).map_err(|e| e.to_string())?;
+        whole
+            .read_at(buf.as_mut_slice(), at)
+            .map_err(|e| format!("read {at}: {e}"))?;
+        Ok(buf.as_slice().to_vec())
+    };
+    let mut cases = Vec::new();
+    for flags in [CHAINED_READ_SYSCALL, CHAINED_READ_NVME] {
+        let m = mode_name(flags);
+        // Hop to block X of the partition, forever: the buffer ends up
+        // holding the partition's block X, i.e. the device's block at
+        // X + the partition's start, never the device's block at X.
+        let x = 3 * 4096;
+        if let Some(r) = b.jump(flags, x, abi::STORAGE_CHAIN_NEXT) {
+            let o = b.run(&r);
+            let got = b.buf.as_slice()[..512].to_vec();
+            let at = x + PART_START_SECTOR * 512;
+            let (want, unshifted) = (read(at)?, read(x)?);
+            let mut c = expect(
+                format!("partition_relative_offsets_{m}"),
+                &o,
+                libc::ELOOP,
+                Some(CHAINED_READ_MAX_HOPS),
+            );
+            let same = got == want;
+            let distinct = want != unshifted;
+            c.passed &= same && distinct && o.args.final_offset == x;
+            c.detail = format!(
+                "{}; last block {} the device's block at {at}{}",
+                c.detail,
+                if same { "is" } else { "is NOT" },
+                if distinct {
+                    ""
+                } else {
+                    " (no proof: it equals the block at the unshifted offset)"
+                }
+            );
+            cases.push(c);
+        }
+        // One block past the partition's end (still on the device).
+        if let Some(r) = b.jump(flags, part_bytes, abi::STORAGE_CHAIN_NEXT) {
+            let o = b.run(&r);
+            cases.push(expect(
+                format!("next_outside_partition_{m}"),
+                &o,
+                libc::ERANGE,
+                Some(1),
+            ));
+        }
+    }
+    Ok(cases)
 }
 
 /// The hop cap through IORING_OP_CHAINED_READ.
