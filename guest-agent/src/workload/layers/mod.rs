@@ -349,8 +349,11 @@ fn run(p: &LayerLatencyParams, ctx: &JobContext) -> Result<Summary, WorkloadErro
         for &d in &p.hook_depths {
             let m = speedup::measured(ctx, &p.device, d, p.hook_lookups)?;
             phase(&format!("hook chains at depth {d}"));
-            let whole = mean(got.untraced_ns.iter().copied());
-            rows.push((d, speedup::predicted(&means, whole, d), m));
+            rows.push((
+                d,
+                speedup::predicted(&means, d),
+                m.speedup,
+            ));
         }
         speedup::emit(ctx, &rows);
         summary.insert("hook_speedup".into(), serde_json::json!(rows));
