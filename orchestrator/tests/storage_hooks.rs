@@ -120,25 +120,9 @@ fn accel_note(run: &Run) -> String {
 
 /// Rows of each engine in samples.parquet, read by pyarrow (independent).
 fn samples_per_engine(run: &Run, metric: &str) -> BTreeMap<String, u64> {
-    let py = Command::new("python3")
-        .arg("-c")
-        .arg(format!(
-            "import pyarrow.parquet as pq, pyarrow.compute as pc, collections\n\
-             t = pq.read_table('{}')\n\
-             r = t.filter(pc.equal(t['metric'], '{metric}'))\n\
-             c = collections.Counter(r['tag_engine'].to_pylist())\n\
-             print(' '.join(f'{{k}}={{v}}' for k, v in sorted(c.items())))",
-            run.dir.join("samples.parquet").display()
-        ))
-        .output()
-        .unwrap();
-    assert!(py.status.success(), "pyarrow: {}", text(&py));
-    String::from_utf8_lossy(&py.stdout)
-        .split_whitespace()
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
+    rows_and_means(run, metric, "tag_engine")
+        .into_iter()
+        .map(|(k, (n, _))| (k, n))
         .collect()
 }
 
