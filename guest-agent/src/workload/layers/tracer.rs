@@ -126,18 +126,9 @@ impl Tracer {
                 source: Box::new(source),
             })?;
         for (name, attach, _) in &PROBES {
-            let program = ebpf
-                .program_mut(name)
-                .ok_or_else(|| TraceError::Object(format!("{object_name} has no program {name}")))?;
             let loaded = match attach {
-                Attach::Kprobe(_) => {
-                    let p: &mut KProbe = program.try_into().map_err(|e| wrong(name, e))?;
-                    p.load()
-                }
-                Attach::Tracepoint(..) => {
-                    let p: &mut TracePoint = program.try_into().map_err(|e| wrong(name, e))?;
-                    p.load()
-                }
+                Attach::Kprobe(_) => typed::<KProbe>(&mut ebpf, name)?.load(),
+                Attach::Tracepoint(..) => typed::<TracePoint>(&mut ebpf, name)?.load(),
             };
             loaded.map_err(|e| program_error(name, "load", e))?;
         }
@@ -161,27 +152,19 @@ impl Tracer {
         }
         let path = self.path;
         for (name, attach, _) in PROBES.iter().filter(|p| p.2.is_none_or(|p| p == path)) {
-            let program = self
-                .ebpf
-                .program_mut(name)
-                .ok_or_else(|| TraceError::Object(format!("no program {name}")))?;
             let link = match attach {
-                Attach::Kprobe(func) => {
-                    let p: &mut KProbe = program.try_into().map_err(|e| wrong(name, e))?;
-                    Link::Kprobe(
-                        name,
-                        p.attach(func, 0)
-                            .map_err(|e| program_error(name, "attach", e))?,
-                    )
-                }
-                Attach::Tracepoint(category, event) => {
-                    let p: &mut TracePoint = program.try_into().map_err(|e| wrong(name, e))?;
-                    Link::Tracepoint(
-                        name,
-                        p.attach(category, event)
-                            .map_err(|e| program_error(name, "attach", e))?,
-                    )
-                }
+                Attach::Kprobe(func) => Link::Kprobe(
+                    name,
+                    typed::<KProbe>(&mut self.ebpf, name)?
+                        .attach(func, 0)
+                        .map_err(|e| program_error(name, "attach", e))?,
+                ),
+                Attach::Tracepoint(category, event) => Link::Tracepoint(
+                    name,
+                    typed::<TracePoint>(&mut self.ebpf, name)?
+                        .attach(category, event)
+                        .map_err(|e| program_error(name, "attach", e))?,
+                ),
             };
             self.links.push(link);
         }
@@ -193,27 +176,16 @@ impl Tracer {
         for link in std::mem::take(&mut self.links) {
             match link {
                 Link::Kprobe(name, id) => {
-                    let p: &mut KProbe = self.program(name)?;
+                    let p = typed::<KProbe>(&mut self.ebpf, name)?;
                     p.detach(id).map_err(|e| program_error(name, "detach", e))?;
                 }
                 Link::Tracepoint(name, id) => {
-                    let p: &mut TracePoint = self.program(name)?;
+                    let p = typed::<TracePoint>(&mut self.ebpf, name)?;
                     p.detach(id).map_err(|e| program_error(name, "detach", e))?;
                 }
             }
         }
         Ok(())
-    }
-
-    fn program<'a, P>(&'a mut self, name: &'static str) -> Result<&'a mut P, TraceError>
-    where
-        &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
-    {
-        let program = self
-            .ebpf
-            .program_mut(name)
-            .ok_or_else(|| TraceError::Object(format!("no program {name}")))?;
-        program.try_into().map_err(|e| wrong(name, e))
     }
 
     /// Moves every event in the ring into `out`; returns how many records
@@ -230,8 +202,17 @@ impl Tracer {
     }
 }
 
-fn wrong(name: &'static str, e: aya::programs::ProgramError) -> TraceError {
-    program_error(name, "program type", e)
+/// Program `name` of the object, as its type.
+fn typed<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, TraceError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let program = ebpf
+        .program_mut(name)
+        .ok_or_else(|| TraceError::Object(format!("the object has no program {name}")))?;
+    program
+        .try_into()
+        .map_err(|e| program_error(name, "program type", e))
 }
 
 fn program_error(
