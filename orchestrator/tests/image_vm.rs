@@ -176,7 +176,7 @@ fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
 
 #[test]
 #[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM"]
-fn the_query_comparison_runs_against_postgresql_inside_the_guest() {
+fn the_query_comparison_runs_against_postgresql_and_datafusion_inside_the_guest() {
     let dir = tempfile::tempdir().unwrap();
     let m = run_quick_spec("flight/flight-query-vm-quick.toml", &dir.path().join("run"));
     assert_eq!(m["executor"], "qemu");
@@ -191,6 +191,8 @@ fn the_query_comparison_runs_against_postgresql_inside_the_guest() {
             "flight-sql",
             "flight-sql-rows",
             "flight-sql-parquet",
+            "datafusion-flight-sql",
+            "datafusion-pgwire-tokio-postgres",
         ] {
             assert!(
                 s[format!("{client}_seconds")]

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::convert::try_fb_to_schema;
+use arrow::ipc::convert::fb_to_schema;
 use arrow::ipc::reader::{FileDecoder, read_footer_length};
 use arrow::ipc::root_as_footer;
 use arrow::ipc::writer::FileWriter;
@@ -178,8 +178,10 @@ pub fn map_file(file: &File, path: &Path) -> Result<Vec<RecordBatch>> {
         .ok_or_else(|| bad("footer longer than the file".into()))?;
     let footer = root_as_footer(&buffer[footer_start..len - 10]).map_err(|e| bad(e.to_string()))?;
     let schema = footer.schema().ok_or_else(|| bad("no schema".into()))?;
-    let schema =
-        try_fb_to_schema(schema).map_err(|e| AsamError::arrow(path.display().to_string(), e))?;
+    // arrow 59's schema conversion panics on a type it does not know (a
+    // damaged or foreign file): an error here, not a crash.
+    let schema = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fb_to_schema(schema)))
+        .map_err(|_| bad("a schema this reader cannot convert".into()))?;
     let decoder = FileDecoder::new(Arc::new(schema), footer.version());
     let mut batches = Vec::new();
     for block in footer.recordBatches().into_iter().flatten() {

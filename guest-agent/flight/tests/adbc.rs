@@ -4,7 +4,8 @@
 //! `testbed-flight sql-serve` over a real PostgreSQL 15: the server's info,
 //! a query whose one batch is larger than gRPC's 4 MiB default message
 //! limit, a prepared statement with a bound parameter, the catalog listing
-//! and a bad statement.
+//! and a bad statement; and the same against DataFusion behind that server
+//! (`--source datafusion`), without the bound parameter.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -75,10 +76,15 @@ impl Drop for Server {
     }
 }
 
-#[test]
-fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
+/// Runs the ADBC script against `server` (with `no-params` when the source
+/// takes none) and checks what every source must give: the server's info,
+/// the table's schema, every value of the query in order (a batch larger
+/// than the driver's 4 MiB limit arrived, so the server cut it), the bad
+/// column as the driver's ProgrammingError, and the table listed under
+/// `catalog`.`public` with its columns and no engine schemas. Returns the
+/// script's output for source-specific checks.
+fn adbc_against(server: &Server, extra: &[&str], catalog: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("run"));
     let ipc = dir.path().join("result.arrow");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/adbc_client.py");
     let o = Command::new(python())
@@ -86,6 +92,7 @@ fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
         .arg(format!("grpc://{}", server.address))
         .arg(ROWS.to_string())
         .arg(&ipc)
+        .args(extra)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -108,9 +115,6 @@ fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
     let names: Vec<&str> = taxi::COLUMNS.iter().map(|c| c.0).collect();
     assert_eq!(out["table_schema"], serde_json::json!(names));
 
-    // The whole table in one 65 536-row batch (~5 MB): it arrived, so the
-    // server cut it into messages the driver's 4 MiB limit accepts. Every
-    // value, in order, is the generator's.
     assert_eq!(out["query_rows"], ROWS);
     let file = std::fs::File::open(&ipc).unwrap();
     let reader = arrow::ipc::reader::FileReader::try_new(file, None).unwrap();
@@ -123,18 +127,6 @@ fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
         assert!(&w == got.column(i), "column {name} differs");
     }
 
-    // The prepared statement, bound with 2 and then 3.
-    let passengers = want.column(3).as_primitive::<Int32Type>();
-    assert_eq!(names[3], "passenger_count");
-    for v in [2, 3] {
-        let n = (0..passengers.len())
-            .filter(|&i| passengers.value(i) == v)
-            .count();
-        assert!(n > 0);
-        assert_eq!(out["prepared_counts"][v.to_string()], n, "{out}");
-    }
-
-    // PostgreSQL's complaint, as the driver's ProgrammingError.
     let err = &out["error"];
     assert_eq!(err["type"], "ProgrammingError", "{err}");
     assert!(
@@ -143,13 +135,45 @@ fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
     );
 
     // GetCatalogs, GetDbSchemas, GetTables with columns.
-    let table = &out["objects"]["postgres"]["public"]["nyc_taxi"];
+    let table = &out["objects"][catalog]["public"]["nyc_taxi"];
     assert_eq!(table["type"], "TABLE", "{out}");
     assert_eq!(table["columns"], serde_json::json!(names));
-    assert!(
-        out["objects"]["postgres"].get("pg_catalog").is_none(),
-        "PostgreSQL's own schemas are not listed: {out}"
-    );
+    for own in ["pg_catalog", "information_schema"] {
+        assert!(
+            out["objects"][catalog].get(own).is_none(),
+            "the engine's own schemas are not listed: {out}"
+        );
+    }
+    out
+}
+
+#[test]
+fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("run"));
+    let out = adbc_against(&server, &[], "postgres");
+
+    // The prepared statement, bound with 2 and then 3.
+    let want = taxi::batch(SEED, 0, ROWS).unwrap();
+    let passengers = want.column(3).as_primitive::<Int32Type>();
+    assert_eq!(taxi::COLUMNS[3].0, "passenger_count");
+    for v in [2, 3] {
+        let n = (0..passengers.len())
+            .filter(|&i| passengers.value(i) == v)
+            .count();
+        assert!(n > 0);
+        assert_eq!(out["prepared_counts"][v.to_string()], n, "{out}");
+    }
+}
+
+/// The same driver against DataFusion behind the same Flight SQL server
+/// (queries and the listing; this source takes no bound parameters).
+#[test]
+fn the_adbc_driver_queries_and_lists_datafusion_through_our_flight_sql_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&dir.path().join("run"), &[("--source", "datafusion")], ROWS);
+    let out = adbc_against(&server, &["no-params"], "datafusion");
+    assert!(out.get("prepared_counts").is_none(), "{out}");
 }
 
 #[test]

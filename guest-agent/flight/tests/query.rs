@@ -14,6 +14,10 @@ fn clients() -> Vec<QueryClient> {
         QueryClient::FlightSql,
         QueryClient::FlightSqlRows,
         QueryClient::FlightSqlParquet,
+        QueryClient::DatafusionFlightSql,
+        QueryClient::DatafusionPgwireTokioPostgres,
+        QueryClient::DatafusionPgwireOdbcRow,
+        QueryClient::DatafusionPgwireOdbcBlock,
     ]
 }
 
@@ -138,4 +142,73 @@ fn postgres_wants_a_password_and_dies_with_its_cluster() {
     assert_eq!(fields[2].parse::<i32>().unwrap(), pid, "{stat}");
     drop(pg);
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
+
+/// DataFusion behind pgwire asks for the password as PostgreSQL does
+/// (SCRAM), and behind Flight SQL runs queries only. The clients'
+/// checksum sees the order of the rows: the first 100 rows re-sorted are
+/// the same values, and do not pass.
+#[test]
+fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let parquet = dir.path().join("nyc_taxi.parquet");
+    query::write_parquet(&parquet, 4, 1000).unwrap();
+    let rt = testbed_flight::cli::runtime(Some(2)).unwrap();
+    rt.block_on(async {
+        let ctx = query::engine::taxi_context(&parquet, 256).await.unwrap();
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let pgwire = query::pgwire::start(ctx.clone(), any, "postgres", "right")
+            .await
+            .unwrap();
+        let first_100 = "SELECT * FROM nyc_taxi LIMIT 100";
+        let right = pgwire.conn_string("postgres", "right");
+        let got = query::libpq::fetch(&right, first_100).await.unwrap();
+        assert_eq!(got, query::taxi::expected(4, 100));
+        for conn in [
+            pgwire.conn_string("postgres", "wrong"),
+            pgwire.conn_string("someone", "right"),
+        ] {
+            let e = query::libpq::fetch(&conn, first_100)
+                .await
+                .expect_err("connected with wrong credentials");
+            assert!(e.to_string().contains("password"), "{e}");
+        }
+        let resorted = "SELECT * FROM (SELECT * FROM nyc_taxi LIMIT 100) ORDER BY fare_amount";
+        let got = query::libpq::fetch(&right, resorted).await.unwrap();
+        assert_eq!(got.rows, 100);
+        assert_ne!(got, query::taxi::expected(4, 100));
+
+        let cfg = testbed_flight::server::ServerConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            settings: Default::default(),
+            tls_dir: None,
+        };
+        let source = query::sqlserver::Source::DataFusion(ctx);
+        let flight = query::sqlserver::start(&cfg, source, 256, None)
+            .await
+            .unwrap();
+        let addr = flight.addr.to_string();
+        let settings = Default::default();
+        let got = query::sqlserver::fetch(&addr, first_100, &settings)
+            .await
+            .unwrap();
+        assert_eq!(got, query::taxi::expected(4, 100));
+        for write in ["CREATE TABLE t AS SELECT 1", "DROP TABLE nyc_taxi"] {
+            let e = query::sqlserver::fetch(&addr, write, &settings)
+                .await
+                .expect_err(write);
+            let e = e.to_string();
+            assert!(
+                e.contains("invalid argument") && e.contains("not supported"),
+                "{write}: {e}"
+            );
+        }
+        // The table is still there.
+        let got = query::sqlserver::fetch(&addr, first_100, &settings)
+            .await
+            .unwrap();
+        assert_eq!(got.rows, 100);
+        flight.stop().await.unwrap();
+        pgwire.stop().await.unwrap();
+    });
 }

@@ -74,20 +74,24 @@ pub struct QueryLine<Client = String, Checksum = serde_json::Value> {
     pub repetition: u32,
     pub rows: u64,
     pub seconds: f64,
-    /// Order-independent digest of the rows fetched.
+    /// Digest of the rows fetched, each value at its row and column.
     pub checksum: Checksum,
     /// The checksum equals the generator's.
     pub matches: bool,
 }
 
 /// The names of `query --clients` (`query::QueryClient` serialised).
-pub const QUERY_CLIENTS: [&str; 6] = [
+pub const QUERY_CLIENTS: [&str; 10] = [
     "odbc-row",
     "odbc-block",
     "tokio-postgres",
     "flight-sql",
     "flight-sql-rows",
     "flight-sql-parquet",
+    "datafusion-flight-sql",
+    "datafusion-pgwire-tokio-postgres",
+    "datafusion-pgwire-odbc-row",
+    "datafusion-pgwire-odbc-block",
 ];
 
 #[cfg(test)]

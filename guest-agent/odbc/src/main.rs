@@ -104,22 +104,23 @@ fn fetch_rows(mut cursor: impl Cursor, cols: &[Col]) -> Result<Checksum> {
     let mut c = Checksum::default();
     let mut text = Vec::new();
     while let Some(mut row) = cursor.next_row().map_err(|e| odbc_err("fetch", e))? {
+        let r = c.rows;
         for (i, k) in cols.iter().enumerate() {
             let col = i as u16 + 1;
             match k {
                 Col::Int => {
                     if let Some(v) = get::<i64>(&mut row, col)? {
-                        c.int(v);
+                        c.int(r, i, v);
                     }
                 }
                 Col::Float => {
                     if let Some(v) = get::<f64>(&mut row, col)? {
-                        c.float(v);
+                        c.float(r, i, v);
                     }
                 }
                 Col::Timestamp => {
                     if let Some(v) = get::<Timestamp>(&mut row, col)? {
-                        c.micros(ts_micros(&v));
+                        c.micros(r, i, ts_micros(&v));
                     }
                 }
                 Col::Text(_) => {
@@ -127,7 +128,7 @@ fn fetch_rows(mut cursor: impl Cursor, cols: &[Col]) -> Result<Checksum> {
                         .get_text(col, &mut text)
                         .map_err(|e| odbc_err("get text", e))?
                     {
-                        c.text(&text);
+                        c.text(r, i, &text);
                     }
                 }
             }
@@ -151,15 +152,24 @@ fn fetch_blocks(cursor: impl Cursor, cols: &[Col], batch_rows: usize) -> Result<
         .map_err(|e| odbc_err("bind buffers", e))?;
     let mut c = Checksum::default();
     while let Some(batch) = block.fetch().map_err(|e| odbc_err("fetch", e))? {
+        let first = c.rows;
+        let row = |j: usize| first + j as u64;
         for i in 0..cols.len() {
             match batch.column(i) {
-                AnySlice::NullableI64(s) => s.flatten().for_each(|v| c.int(*v)),
-                AnySlice::NullableF64(s) => s.flatten().for_each(|v| c.float(*v)),
-                AnySlice::NullableTimestamp(s) => s.flatten().for_each(|v| c.micros(ts_micros(v))),
+                AnySlice::NullableI64(s) => s
+                    .enumerate()
+                    .for_each(|(j, v)| v.into_iter().for_each(|v| c.int(row(j), i, *v))),
+                AnySlice::NullableF64(s) => s
+                    .enumerate()
+                    .for_each(|(j, v)| v.into_iter().for_each(|v| c.float(row(j), i, *v))),
+                AnySlice::NullableTimestamp(s) => s.enumerate().for_each(|(j, v)| {
+                    v.into_iter()
+                        .for_each(|v| c.micros(row(j), i, ts_micros(v)))
+                }),
                 AnySlice::Text(view) => {
                     for j in 0..view.len() {
                         if let Some(b) = view.get(j) {
-                            c.text(b);
+                            c.text(row(j), i, b);
                         }
                     }
                 }

@@ -39,7 +39,7 @@ pub fn unpack(
         let entry = entry.map_err(|e| bad(format!("bad ar archive: {e}")))?;
         let member = String::from_utf8_lossy(entry.header().identifier()).into_owned();
         let reader: Box<dyn Read + '_> = match member.as_str() {
-            "data.tar.xz" => Box::new(xz2::read::XzDecoder::new(entry)),
+            "data.tar.xz" => Box::new(liblzma::read::XzDecoder::new(entry)),
             "data.tar.zst" => Box::new(
                 zstd::stream::read::Decoder::new(entry)
                     .map_err(|e| bad(format!("{member}: {e}")))?,
@@ -95,7 +95,9 @@ fn unpack_tar(
             .map_err(|e| UnpackError::Kernel(KernelError::io(&dest, e)))?;
         let copied = match ex.decompress {
             None => std::io::copy(&mut entry, &mut out),
-            Some(Codec::Xz) => std::io::copy(&mut xz2::read::XzDecoder::new(&mut entry), &mut out),
+            Some(Codec::Xz) => {
+                std::io::copy(&mut liblzma::read::XzDecoder::new(&mut entry), &mut out)
+            }
             Some(Codec::Zstd) => zstd::stream::read::Decoder::new(&mut entry)
                 .and_then(|mut d| std::io::copy(&mut d, &mut out)),
         };

@@ -197,7 +197,7 @@ mod tests {
     /// A .deb as dpkg-deb lays it out, with an xz- and a zstd-compressed module.
     fn fake_deb(path: &Path, module: &[u8]) {
         use std::io::Write;
-        let mut xz = xz2::write::XzEncoder::new(Vec::new(), 6);
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
         xz.write_all(module).unwrap();
         let ko_xz = xz.finish().unwrap();
         let ko_zst = zstd::encode_all(module, 3).unwrap();
@@ -220,7 +220,7 @@ mod tests {
             tar.append_data(&mut h, name, data).unwrap();
         }
         let data_tar = tar.into_inner().unwrap();
-        let mut xz = xz2::write::XzEncoder::new(Vec::new(), 6);
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 6);
         xz.write_all(&data_tar).unwrap();
         let data_xz = xz.finish().unwrap();
         let mut ar = ar::Builder::new(std::fs::File::create(path).unwrap());

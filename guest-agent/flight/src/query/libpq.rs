@@ -94,32 +94,33 @@ pub fn micros(t: SystemTime) -> i64 {
 }
 
 fn add_row(c: &mut Checksum, row: &Row) -> Result<()> {
+    let r = c.rows;
     let get_err = |e: tokio_postgres::Error| pg_err("read a column", e);
     for (i, col) in row.columns().iter().enumerate() {
         let t = col.type_();
         if *t == Type::INT4 {
             if let Some(v) = row.try_get::<_, Option<i32>>(i).map_err(get_err)? {
-                c.int(i64::from(v));
+                c.int(r, i, i64::from(v));
             }
         } else if *t == Type::INT8 {
             if let Some(v) = row.try_get::<_, Option<i64>>(i).map_err(get_err)? {
-                c.int(v);
+                c.int(r, i, v);
             }
         } else if *t == Type::INT2 {
             if let Some(v) = row.try_get::<_, Option<i16>>(i).map_err(get_err)? {
-                c.int(i64::from(v));
+                c.int(r, i, i64::from(v));
             }
         } else if *t == Type::FLOAT8 {
             if let Some(v) = row.try_get::<_, Option<f64>>(i).map_err(get_err)? {
-                c.float(v);
+                c.float(r, i, v);
             }
         } else if *t == Type::TIMESTAMP {
             if let Some(v) = row.try_get::<_, Option<SystemTime>>(i).map_err(get_err)? {
-                c.micros(micros(v));
+                c.micros(r, i, micros(v));
             }
         } else if *t == Type::TEXT || *t == Type::VARCHAR {
             if let Some(v) = row.try_get::<_, Option<&str>>(i).map_err(get_err)? {
-                c.text(v.as_bytes());
+                c.text(r, i, v.as_bytes());
             }
         } else {
             return Err(FlightError::Other(format!("unsupported column type {t}")));

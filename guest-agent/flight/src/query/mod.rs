@@ -3,10 +3,12 @@
 //! includes connecting and fetching every row; every client's rows are
 //! checksummed and must agree with the generator.
 
+pub mod engine;
 pub mod libpq;
 pub mod odbc;
 pub mod pg;
 pub mod pgarrow;
+pub mod pgwire;
 pub mod serve;
 pub mod sqlauth;
 pub mod sqlmeta;
@@ -42,6 +44,15 @@ pub enum QueryClient {
     FlightSqlRows,
     /// Flight SQL server that reads Parquet (source effect).
     FlightSqlParquet,
+    /// DataFusion over the Parquet file, served over Flight SQL.
+    DatafusionFlightSql,
+    /// The same DataFusion context over PostgreSQL's wire protocol,
+    /// read by tokio-postgres (binary rows).
+    DatafusionPgwireTokioPostgres,
+    /// … read by psqlODBC, SQLGetData per value.
+    DatafusionPgwireOdbcRow,
+    /// … read by psqlODBC into bound columnar buffers.
+    DatafusionPgwireOdbcBlock,
 }
 
 impl QueryClient {
@@ -53,7 +64,34 @@ impl QueryClient {
             QueryClient::FlightSql => "flight-sql",
             QueryClient::FlightSqlRows => "flight-sql-rows",
             QueryClient::FlightSqlParquet => "flight-sql-parquet",
+            QueryClient::DatafusionFlightSql => "datafusion-flight-sql",
+            QueryClient::DatafusionPgwireTokioPostgres => "datafusion-pgwire-tokio-postgres",
+            QueryClient::DatafusionPgwireOdbcRow => "datafusion-pgwire-odbc-row",
+            QueryClient::DatafusionPgwireOdbcBlock => "datafusion-pgwire-odbc-block",
         }
+    }
+
+    /// Whether it reads PostgreSQL (directly or through Flight SQL).
+    pub fn reads_postgres(self) -> bool {
+        matches!(
+            self,
+            QueryClient::OdbcRow
+                | QueryClient::OdbcBlock
+                | QueryClient::TokioPostgres
+                | QueryClient::FlightSql
+                | QueryClient::FlightSqlRows
+        )
+    }
+
+    /// Whether it reads the DataFusion engine (over either protocol).
+    pub fn reads_datafusion(self) -> bool {
+        matches!(
+            self,
+            QueryClient::DatafusionFlightSql
+                | QueryClient::DatafusionPgwireTokioPostgres
+                | QueryClient::DatafusionPgwireOdbcRow
+                | QueryClient::DatafusionPgwireOdbcBlock
+        )
     }
 }
 
@@ -69,7 +107,7 @@ pub struct QueryArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "odbc-row,odbc-block,tokio-postgres,flight-sql,flight-sql-rows,flight-sql-parquet"
+        default_value = "odbc-row,odbc-block,tokio-postgres,flight-sql,flight-sql-rows,flight-sql-parquet,datafusion-flight-sql,datafusion-pgwire-tokio-postgres,datafusion-pgwire-odbc-row,datafusion-pgwire-odbc-block"
     )]
     pub clients: Vec<QueryClient>,
     #[arg(long, default_value_t = 1)]
@@ -96,7 +134,8 @@ pub type Measurement = testbed_lines::flight::QueryLine<QueryClient, Checksum>;
 pub struct QueryReport {
     pub table_rows: u64,
     pub seed: u64,
-    pub load_seconds: f64,
+    /// COPY into PostgreSQL (None: no client read PostgreSQL).
+    pub load_seconds: Option<f64>,
     pub parquet_seconds: f64,
     pub measurements: Vec<Measurement>,
 }
@@ -134,7 +173,8 @@ impl RunDir {
     }
 }
 
-fn write_parquet(path: &std::path::Path, seed: u64, rows: u64) -> Result<()> {
+/// The first `rows` rows of the table as a new Parquet file.
+pub fn write_parquet(path: &std::path::Path, seed: u64, rows: u64) -> Result<()> {
     let file = crate::private::create_new(path)?;
     let mut w = parquet::arrow::ArrowWriter::try_new(file, taxi::arrow_schema(), None)
         .map_err(|e| FlightError::Other(format!("parquet writer: {e}")))?;
@@ -151,6 +191,59 @@ fn write_parquet(path: &std::path::Path, seed: u64, rows: u64) -> Result<()> {
     Ok(())
 }
 
+/// A client whose server this run did not start (a bug in the selection).
+fn not_started(client: QueryClient, what: &str) -> FlightError {
+    FlightError::Other(format!("{}: {what} was not started", client.name()))
+}
+
+/// DataFusion over the Parquet file, served over Flight SQL and over
+/// pgwire (user `postgres`, a random password) from one context.
+struct Datafusion {
+    flight: crate::server::RunningServer,
+    pgwire: pgwire::PgwireServer,
+    password: String,
+}
+
+impl Datafusion {
+    const USER: &str = "postgres";
+
+    async fn start(
+        cfg: &ServerConfig,
+        parquet: &std::path::Path,
+        batch_rows: usize,
+    ) -> Result<Self> {
+        let ctx = engine::taxi_context(parquet, batch_rows).await?;
+        let password = pg::random_password()?;
+        // pgwire beside the Flight SQL server, on the same IP.
+        let ip = match &cfg.addr {
+            crate::addr::Addr::Tcp(a) => a.ip(),
+            crate::addr::Addr::Unix(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+        };
+        let pgwire = pgwire::start(ctx.clone(), (ip, 0).into(), Self::USER, &password).await?;
+        let flight =
+            sqlserver::start(cfg, sqlserver::Source::DataFusion(ctx), batch_rows, None).await?;
+        Ok(Datafusion {
+            flight,
+            pgwire,
+            password,
+        })
+    }
+
+    fn flight_addr(&self) -> String {
+        self.flight.addr.to_string()
+    }
+
+    fn pgwire_conn(&self) -> String {
+        self.pgwire.conn_string(Self::USER, &self.password)
+    }
+
+    async fn stop(self) -> Result<()> {
+        let r1 = self.flight.stop().await;
+        let r2 = self.pgwire.stop().await;
+        r1.and(r2)
+    }
+}
+
 /// Starts PostgreSQL, loads the table, serves it over Flight SQL and runs
 /// every client on every N.
 pub fn run(a: &QueryArgs) -> Result<QueryReport> {
@@ -160,13 +253,22 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         return Err(FlightError::Param("--rows needs at least one N > 0".into()));
     }
     let dir = RunDir::new(a.run_dir.as_ref())?;
-    let mut pg = pg::PgCluster::start(dir.path())?;
-    let conn = pg.conn_string();
     let rt = crate::cli::runtime(Some(2)).map_err(|e| FlightError::Other(e.to_string()))?;
-
-    let t0 = Instant::now();
-    rt.block_on(libpq::load(&conn, a.seed, table_rows))?;
-    let load_seconds = t0.elapsed().as_secs_f64();
+    // PostgreSQL only when a client reads it (the DataFusion and Parquet
+    // clients read the Parquet file).
+    let mut pg = match a.clients.iter().any(|c| c.reads_postgres()) {
+        true => Some(pg::PgCluster::start(dir.path())?),
+        false => None,
+    };
+    let conn = pg.as_ref().map(pg::PgCluster::conn_string);
+    let load_seconds = match &conn {
+        Some(conn) => {
+            let t0 = Instant::now();
+            rt.block_on(libpq::load(conn, a.seed, table_rows))?;
+            Some(t0.elapsed().as_secs_f64())
+        }
+        None => None,
+    };
     let parquet_path = dir.path().join("nyc_taxi.parquet");
     let t0 = Instant::now();
     write_parquet(&parquet_path, a.seed, table_rows)?;
@@ -180,31 +282,41 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         settings: settings.clone(),
         tls_dir: None,
     };
-    let (sql_pg, sql_rows, sql_parquet) = server_rt.block_on(async {
-        let mut sources = Vec::new();
+    let (sql_pg, sql_parquet) = server_rt.block_on(async {
+        // Over PostgreSQL: read by binary COPY, and by rows.
+        let mut over_pg = Vec::new();
         for read in [sqlserver::PgRead::BinaryCopy, sqlserver::PgRead::Rows] {
-            let client = Arc::new(libpq::connect(&conn).await?);
-            sources.push(sqlserver::Source::Postgres(sqlserver::Pg { client, read }));
+            let Some(conn) = &conn else { break };
+            let client = Arc::new(libpq::connect(conn).await?);
+            let source = sqlserver::Source::Postgres(sqlserver::Pg { client, read });
+            over_pg.push(sqlserver::start(&cfg, source, a.batch_rows, None).await?);
         }
-        let (Some(rows), Some(copy)) = (sources.pop(), sources.pop()) else {
-            return Err(FlightError::Other("two PostgreSQL sources".into()));
-        };
-        let a1 = sqlserver::start(&cfg, copy, a.batch_rows, None).await?;
-        let a2 = sqlserver::start(&cfg, rows, a.batch_rows, None).await?;
-        let a3 = sqlserver::start(
-            &cfg,
-            sqlserver::Source::Parquet(parquet_path.clone()),
-            a.batch_rows,
-            None,
-        )
-        .await?;
-        Ok::<_, FlightError>((a1, a2, a3))
+        let source = sqlserver::Source::Parquet(parquet_path.clone());
+        let parquet = sqlserver::start(&cfg, source, a.batch_rows, None).await?;
+        Ok::<_, FlightError>((over_pg, parquet))
     })?;
-    let (pg_addr, rows_addr, pq_addr) = (
-        sql_pg.addr.to_string(),
-        sql_rows.addr.to_string(),
-        sql_parquet.addr.to_string(),
-    );
+    let pq_addr = sql_parquet.addr.to_string();
+    let over_pg = |client: QueryClient, i: usize| {
+        sql_pg
+            .get(i)
+            .map(|s| s.addr.to_string())
+            .ok_or_else(|| not_started(client, "PostgreSQL"))
+    };
+    let pg_conn = |client: QueryClient| {
+        conn.clone()
+            .ok_or_else(|| not_started(client, "PostgreSQL"))
+    };
+    // DataFusion behind both protocols, when a client reads it.
+    let datafusion = if a.clients.iter().any(|c| c.reads_datafusion()) {
+        Some(server_rt.block_on(Datafusion::start(&cfg, &parquet_path, a.batch_rows))?)
+    } else {
+        None
+    };
+    let df = |client: QueryClient| {
+        datafusion
+            .as_ref()
+            .ok_or_else(|| not_started(client, "DataFusion"))
+    };
 
     let mut measurements = Vec::new();
     for &n in &a.rows {
@@ -215,28 +327,47 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
                 let t0 = Instant::now();
                 // The ODBC child times itself (connect to last row).
                 let mut own_seconds = None;
-                let mut odbc = |mode: &str| {
-                    let conn = odbc::connection_string(pg.port, pg.password());
+                let mut odbc = |port: u16, password: &str, mode: &str| {
+                    let conn = odbc::connection_string(port, password);
                     odbc::fetch(&conn, &sql, mode, a.batch_rows).map(|f| {
                         own_seconds = Some(f.seconds);
                         f.checksum
                     })
                 };
-                let got = match client {
-                    QueryClient::OdbcRow => odbc("rows"),
-                    QueryClient::OdbcBlock => odbc("blocks"),
-                    QueryClient::TokioPostgres => rt.block_on(libpq::fetch(&conn, &sql)),
-                    QueryClient::FlightSql => {
-                        rt.block_on(sqlserver::fetch(&pg_addr, &sql, &settings))
+                let got =
+                    match client {
+                        QueryClient::OdbcRow | QueryClient::OdbcBlock => match &pg {
+                            Some(pg) => {
+                                let mode = match client {
+                                    QueryClient::OdbcRow => "rows",
+                                    _ => "blocks",
+                                };
+                                odbc(pg.port, pg.password(), mode)
+                            }
+                            None => Err(not_started(client, "PostgreSQL")),
+                        },
+                        QueryClient::TokioPostgres => {
+                            pg_conn(client).and_then(|conn| rt.block_on(libpq::fetch(&conn, &sql)))
+                        }
+                        QueryClient::FlightSql => over_pg(client, 0)
+                            .and_then(|addr| rt.block_on(sqlserver::fetch(&addr, &sql, &settings))),
+                        QueryClient::FlightSqlRows => over_pg(client, 1)
+                            .and_then(|addr| rt.block_on(sqlserver::fetch(&addr, &sql, &settings))),
+                        QueryClient::FlightSqlParquet => {
+                            rt.block_on(sqlserver::fetch(&pq_addr, &sql, &settings))
+                        }
+                        QueryClient::DatafusionFlightSql => df(client).and_then(|d| {
+                            rt.block_on(sqlserver::fetch(&d.flight_addr(), &sql, &settings))
+                        }),
+                        QueryClient::DatafusionPgwireTokioPostgres => df(client)
+                            .and_then(|d| rt.block_on(libpq::fetch(&d.pgwire_conn(), &sql))),
+                        QueryClient::DatafusionPgwireOdbcRow => {
+                            df(client).and_then(|d| odbc(d.pgwire.addr.port(), &d.password, "rows"))
+                        }
+                        QueryClient::DatafusionPgwireOdbcBlock => df(client)
+                            .and_then(|d| odbc(d.pgwire.addr.port(), &d.password, "blocks")),
                     }
-                    QueryClient::FlightSqlRows => {
-                        rt.block_on(sqlserver::fetch(&rows_addr, &sql, &settings))
-                    }
-                    QueryClient::FlightSqlParquet => {
-                        rt.block_on(sqlserver::fetch(&pq_addr, &sql, &settings))
-                    }
-                }
-                .map_err(|e| FlightError::Other(format!("{} LIMIT {n}: {e}", client.name())))?;
+                    .map_err(|e| FlightError::Other(format!("{} LIMIT {n}: {e}", client.name())))?;
                 let seconds = own_seconds.unwrap_or_else(|| t0.elapsed().as_secs_f64());
                 measurements.push(Measurement {
                     client,
@@ -251,12 +382,18 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         }
     }
     server_rt.block_on(async {
-        let r1 = sql_pg.stop().await;
-        let r2 = sql_rows.stop().await;
-        let r3 = sql_parquet.stop().await;
-        r1.and(r2).and(r3)
+        let mut stopped = sql_parquet.stop().await;
+        for s in sql_pg {
+            stopped = stopped.and(s.stop().await);
+        }
+        if let Some(d) = datafusion {
+            stopped = stopped.and(d.stop().await);
+        }
+        stopped
     })?;
-    pg.stop()?;
+    if let Some(pg) = &mut pg {
+        pg.stop()?;
+    }
     Ok(QueryReport {
         table_rows,
         seed: a.seed,
@@ -273,9 +410,13 @@ pub fn run_cli(a: &QueryArgs) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(m)?);
         }
     } else {
+        let load = match r.load_seconds {
+            Some(s) => format!("COPY load {s:.2} s"),
+            None => "PostgreSQL not started".into(),
+        };
         println!(
-            "table {} rows (seed {}), COPY load {:.2} s, Parquet write {:.2} s",
-            r.table_rows, r.seed, r.load_seconds, r.parquet_seconds
+            "table {} rows (seed {}), {load}, Parquet write {:.2} s",
+            r.table_rows, r.seed, r.parquet_seconds
         );
         println!(
             "| N | client | median s ({} reps) | rows/s | rows | checksum | ok |",

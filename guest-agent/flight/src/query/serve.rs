@@ -1,8 +1,8 @@
 //! `testbed-flight sql-serve`: the query comparison's Flight SQL server on
-//! its own, for clients of one's own (the ADBC test, JDBC, DBeaver): a
-//! fresh PostgreSQL in a private directory holding the generated taxi
-//! table, served over Flight SQL from PostgreSQL or from the table's
-//! Parquet file. The first stdout line is JSON naming the address; it
+//! its own, for clients of one's own (the ADBC test, JDBC, DBeaver): the
+//! generated taxi table in a private directory, served over Flight SQL
+//! from a fresh PostgreSQL, from DataFusion over the table's Parquet file,
+//! or from the Parquet file with no engine. The first stdout line is JSON naming the address; it
 //! serves until stdin closes, SIGINT or SIGTERM, then stops both servers.
 
 use std::path::PathBuf;
@@ -25,6 +25,9 @@ pub enum SourceKind {
     Postgres,
     /// `SELECT * FROM nyc_taxi [LIMIT n]` from the Parquet file.
     Parquet,
+    /// DataFusion over the Parquet file (read-only statements, no bound
+    /// parameters).
+    Datafusion,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -66,22 +69,34 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let dir = super::RunDir::new(a.run_dir.as_ref())?;
-    let mut pg = pg::PgCluster::start(dir.path())?;
-    let conn = pg.conn_string();
+    // PostgreSQL only for its own source.
+    let mut pg = match a.source {
+        SourceKind::Postgres => Some(pg::PgCluster::start(dir.path())?),
+        SourceKind::Parquet | SourceKind::Datafusion => None,
+    };
     let rt = crate::cli::runtime(None)?;
     let served = rt.block_on(async {
-        libpq::load(&conn, a.seed, a.rows)
-            .await
-            .context("load the taxi table")?;
-        let source = match a.source {
-            SourceKind::Postgres => sqlserver::Source::Postgres(sqlserver::Pg {
-                client: Arc::new(libpq::connect(&conn).await?),
-                read: sqlserver::PgRead::BinaryCopy,
-            }),
-            SourceKind::Parquet => {
-                let path = dir.path().join(format!("{}.parquet", taxi::TABLE));
-                super::write_parquet(&path, a.seed, a.rows)?;
-                sqlserver::Source::Parquet(path)
+        let parquet = dir.path().join(format!("{}.parquet", taxi::TABLE));
+        let source = match (&pg, a.source) {
+            (Some(pg), _) => {
+                let conn = pg.conn_string();
+                libpq::load(&conn, a.seed, a.rows)
+                    .await
+                    .context("load the taxi table")?;
+                sqlserver::Source::Postgres(sqlserver::Pg {
+                    client: Arc::new(libpq::connect(&conn).await?),
+                    read: sqlserver::PgRead::BinaryCopy,
+                })
+            }
+            (None, SourceKind::Datafusion) => {
+                super::write_parquet(&parquet, a.seed, a.rows)?;
+                sqlserver::Source::DataFusion(
+                    super::engine::taxi_context(&parquet, a.batch_rows).await?,
+                )
+            }
+            (None, _) => {
+                super::write_parquet(&parquet, a.seed, a.rows)?;
+                sqlserver::Source::Parquet(parquet)
             }
         };
         let cfg = ServerConfig {
@@ -104,7 +119,7 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(())
     });
     // PostgreSQL stops whatever the server did.
-    let stopped = pg.stop();
+    let stopped = pg.as_mut().map_or(Ok(()), pg::PgCluster::stop);
     served?;
     stopped?;
     Ok(())

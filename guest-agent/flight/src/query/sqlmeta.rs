@@ -90,6 +90,7 @@ pub async fn catalogs(source: &Source) -> Result<Vec<String>, Status> {
             Ok(vec![row.get(0)])
         }
         Source::Parquet(_) => Ok(vec![PARQUET_CATALOG.into()]),
+        Source::DataFusion(ctx) => Ok(ctx.catalog_names()),
     }
 }
 
@@ -106,6 +107,7 @@ pub async fn schemas(source: &Source) -> Result<Vec<(String, String)>, Status> {
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         }
         Source::Parquet(_) => Ok(vec![(PARQUET_CATALOG.into(), PARQUET_SCHEMA.into())]),
+        Source::DataFusion(ctx) => Ok(df_schemas(ctx)),
     }
 }
 
@@ -174,7 +176,51 @@ pub async fn tables(source: &Source, with_columns: bool) -> Result<Vec<TableRow>
                 columns,
             }])
         }
+        Source::DataFusion(ctx) => {
+            let mut out = Vec::new();
+            for (catalog, schema) in df_schemas(ctx) {
+                let Some(s) = ctx.catalog(&catalog).and_then(|c| c.schema(&schema)) else {
+                    continue;
+                };
+                let mut names = s.table_names();
+                names.sort();
+                for name in names {
+                    let columns = match with_columns {
+                        true => s
+                            .table(&name)
+                            .await
+                            .map_err(|e| Status::internal(e.to_string()))?
+                            .map(|t| t.schema()),
+                        false => None,
+                    };
+                    out.push(TableRow {
+                        catalog: catalog.clone(),
+                        schema: schema.clone(),
+                        name,
+                        kind: "TABLE".into(),
+                        columns,
+                    });
+                }
+            }
+            Ok(out)
+        }
     }
+}
+
+/// DataFusion's (catalog, schema) pairs a client lists, sorted.
+fn df_schemas(ctx: &datafusion::prelude::SessionContext) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for catalog in ctx.catalog_names() {
+        if let Some(c) = ctx.catalog(&catalog) {
+            for schema in c.schema_names() {
+                if super::engine::user_schema(&schema) {
+                    out.push((catalog.clone(), schema));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A PostgreSQL table's columns as the server would return them.

@@ -1,7 +1,9 @@
-//! A Flight SQL server with two sources, so protocol and source effects can
-//! be told apart: `Postgres` runs the statement in PostgreSQL and turns the
-//! rows into Arrow batches; `Parquet` answers `SELECT * FROM nyc_taxi
-//! [LIMIT n]` from a Parquet file with no SQL engine in between.
+//! A Flight SQL server with three sources, so protocol, engine and source
+//! effects can be told apart: `Postgres` runs the statement in PostgreSQL
+//! and turns the rows into Arrow batches; `DataFusion` runs it in
+//! DataFusion over the table's Parquet file (the engine the pgwire server
+//! shares); `Parquet` answers `SELECT * FROM nyc_taxi [LIMIT n]` from the
+//! Parquet file with no SQL engine in between.
 //!
 //! What a client nobody here wrote needs (tested with the ADBC Flight SQL
 //! driver): Handshake (no authentication: any handshake is answered),
@@ -59,6 +61,9 @@ const MAX_MESSAGE_DATA: usize = 2 << 20;
 pub enum Source {
     Postgres(Pg),
     Parquet(PathBuf),
+    /// DataFusion over the table's Parquet file (the context the pgwire
+    /// server shares).
+    DataFusion(Arc<datafusion::prelude::SessionContext>),
 }
 
 /// How the PostgreSQL source reads a result.
@@ -161,6 +166,7 @@ impl SqlService {
                         .map_err(internal)?;
                 Ok((b.schema().clone(), Vec::new()))
             }
+            Source::DataFusion(ctx) => Ok((super::engine::schema(ctx, sql).await?, Vec::new())),
         }
     }
 
@@ -216,6 +222,12 @@ impl SqlService {
                 let stream = futures::stream::unfold(rx, |mut rx| async move {
                     rx.recv().await.map(|b| (b, rx))
                 });
+                Ok((schema, Box::pin(stream)))
+            }
+            Source::DataFusion(ctx) => {
+                let df = super::engine::plan(ctx, &sql).await?;
+                let stream = df.execute_stream().await.map_err(internal)?;
+                let stream = stream.map(|b| b.map_err(|e| AfError::ExternalError(Box::new(e))));
                 Ok((schema, Box::pin(stream)))
             }
         }

@@ -224,56 +224,65 @@ pub trait BatchChecksum {
 
 impl BatchChecksum for Checksum {
     /// Adds every row of an Arrow batch (any int width, µs timestamps,
-    /// floats, strings), as the Flight SQL client sees them.
+    /// floats, strings and string views), as the Flight SQL client sees them.
     fn add_batch(&mut self, b: &RecordBatch) -> Result<()> {
-        for col in b.columns() {
-            add_array(self, col.as_ref())?;
+        let first_row = self.rows;
+        for (col, a) in b.columns().iter().enumerate() {
+            add_array(self, first_row, col, a.as_ref())?;
         }
         self.rows += b.num_rows() as u64;
         Ok(())
     }
 }
 
-fn add_array(c: &mut Checksum, a: &dyn Array) -> Result<()> {
+fn add_array(c: &mut Checksum, first_row: u64, col: usize, a: &dyn Array) -> Result<()> {
     // Nulls do not occur in the table (all NOT NULL); skip them if a
     // source ever sends some.
     let valid = |i: usize| a.is_valid(i);
+    let row = |i: usize| first_row + i as u64;
     match a.data_type() {
         DataType::Int32 => {
             let a = a.as_primitive::<Int32Type>();
             (0..a.len())
                 .filter(|&i| valid(i))
-                .for_each(|i| c.int(i64::from(a.value(i))));
+                .for_each(|i| c.int(row(i), col, i64::from(a.value(i))));
         }
         DataType::Int64 => {
             let a = a.as_primitive::<Int64Type>();
             (0..a.len())
                 .filter(|&i| valid(i))
-                .for_each(|i| c.int(a.value(i)));
+                .for_each(|i| c.int(row(i), col, a.value(i)));
         }
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
             let a = a.as_primitive::<TimestampMicrosecondType>();
             (0..a.len())
                 .filter(|&i| valid(i))
-                .for_each(|i| c.micros(a.value(i)));
+                .for_each(|i| c.micros(row(i), col, a.value(i)));
         }
         DataType::Float64 => {
             let a = a.as_primitive::<Float64Type>();
             (0..a.len())
                 .filter(|&i| valid(i))
-                .for_each(|i| c.float(a.value(i)));
+                .for_each(|i| c.float(row(i), col, a.value(i)));
         }
         DataType::Utf8 => {
             let a = a.as_string::<i32>();
             (0..a.len())
                 .filter(|&i| valid(i))
-                .for_each(|i| c.text(a.value(i).as_bytes()));
+                .for_each(|i| c.text(row(i), col, a.value(i).as_bytes()));
+        }
+        // DataFusion reads Parquet strings as views.
+        DataType::Utf8View => {
+            let a = a.as_string_view();
+            (0..a.len())
+                .filter(|&i| valid(i))
+                .for_each(|i| c.text(row(i), col, a.value(i).as_bytes()));
         }
         DataType::LargeUtf8 => {
             let a = a.as_string::<i64>();
             (0..a.len())
                 .filter(|&i| valid(i))
-                .for_each(|i| c.text(a.value(i).as_bytes()));
+                .for_each(|i| c.text(row(i), col, a.value(i).as_bytes()));
         }
         other => {
             return Err(FlightError::Other(format!(
@@ -289,22 +298,30 @@ pub fn expected(seed: u64, n: u64) -> Checksum {
     let mut c = Checksum::default();
     for r in 0..n {
         let t = trip(seed, r);
+        // The columns in their table order (COLUMNS).
+        let ints = [
+            (0, t.vendor_id),
+            (3, t.passenger_count),
+            (5, t.pickup_location),
+            (6, t.dropoff_location),
+        ];
+        for (col, v) in ints {
+            c.int(r, col, i64::from(v));
+        }
+        c.micros(r, 1, t.pickup_us);
+        c.micros(r, 2, t.dropoff_us);
+        let money = [
+            (4, t.distance_cents),
+            (9, t.fare_cents),
+            (10, t.tip_cents),
+            (11, t.total_cents()),
+        ];
+        for (col, v) in money {
+            c.float(r, col, cents_f64(v));
+        }
+        c.text(r, 7, t.payment.as_bytes());
+        c.text(r, 8, t.flag.as_bytes());
         c.rows += 1;
-        for v in [
-            t.vendor_id,
-            t.passenger_count,
-            t.pickup_location,
-            t.dropoff_location,
-        ] {
-            c.int(i64::from(v));
-        }
-        c.micros(t.pickup_us);
-        c.micros(t.dropoff_us);
-        for v in [t.distance_cents, t.fare_cents, t.tip_cents, t.total_cents()] {
-            c.float(cents_f64(v));
-        }
-        c.text(t.payment.as_bytes());
-        c.text(t.flag.as_bytes());
     }
     c
 }

@@ -164,7 +164,7 @@ impl crate::workload::WorkloadParams for FlightQueryParams {
     }
     fn needs(&self) -> crate::workload::Needs {
         let mut host_steps = vec!["postgres"];
-        if self.clients.iter().any(|c| c.starts_with("odbc-")) {
+        if self.clients.iter().any(|c| c.contains("odbc-")) {
             host_steps.push("odbc");
         }
         crate::workload::Needs {
@@ -202,7 +202,7 @@ mod tests {
         let p = q(serde_json::json!({}));
         assert_eq!(
             (p.rows, p.clients.len(), p.batch_rows),
-            (100_000, 6, 65_536)
+            (100_000, 10, 65_536)
         );
         assert!(p.validate().is_ok());
         let bad = q(serde_json::json!({"clients": ["odbc-row", "jdbc"]}));
