@@ -148,8 +148,9 @@ pub async fn start(
                             let _ = datafusion_postgres::pgwire::tokio::process_socket(socket, None, h).await;
                         });
                     }
-                    // A failed accept (out of descriptors) ends nothing else.
-                    Err(_) => tokio::task::yield_now().await,
+                    // A failed accept (out of descriptors) ends nothing
+                    // else; wait a little rather than spin.
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
                 },
                 // Reap finished connections so the set does not grow.
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
