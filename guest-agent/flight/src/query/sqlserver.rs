@@ -175,8 +175,16 @@ impl SqlService {
         sql: String,
         params: Vec<PgParam>,
     ) -> std::result::Result<(SchemaRef, BatchStream), Status> {
-        let schema = self.schema_of(&sql).await?;
         let batch_rows = self.batch_rows;
+        // DataFusion's plan carries its schema: plan once, not twice.
+        if let Source::DataFusion(ctx) = &self.source {
+            let df = super::engine::plan(ctx, &sql).await?;
+            let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+            let stream = df.execute_stream().await.map_err(internal)?;
+            let stream = stream.map(|b| b.map_err(|e| AfError::ExternalError(Box::new(e))));
+            return Ok((schema, Box::pin(stream)));
+        }
+        let schema = self.schema_of(&sql).await?;
         match &self.source {
             Source::Postgres(pg) => {
                 // COPY takes no parameters: a bound statement reads rows.
@@ -224,12 +232,7 @@ impl SqlService {
                 });
                 Ok((schema, Box::pin(stream)))
             }
-            Source::DataFusion(ctx) => {
-                let df = super::engine::plan(ctx, &sql).await?;
-                let stream = df.execute_stream().await.map_err(internal)?;
-                let stream = stream.map(|b| b.map_err(|e| AfError::ExternalError(Box::new(e))));
-                Ok((schema, Box::pin(stream)))
-            }
+            Source::DataFusion(_) => Err(Status::internal("DataFusion is answered above")),
         }
     }
 }
