@@ -14,6 +14,9 @@
 //! - flight-query-vm-quick: the image's PostgreSQL 15, started inside the
 //!   guest, read by tokio-postgres and the three Flight SQL paths; every
 //!   client's rows equal the generated table's.
+//! - flight-genomics-quick: two VMs; ArrowSAM regions by DoPut (both
+//!   transport profiles) and as BAM, each point's outputs equal, the link
+//!   measured in the same boot.
 //!
 //! Ignored (builds the image once, boots VMs, minutes under TCG); `./x
 //! test` runs them.
@@ -206,4 +209,53 @@ fn the_query_comparison_runs_against_postgresql_and_datafusion_inside_the_guest(
             );
         }
     }
+}
+
+#[test]
+#[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots two QEMU VMs"]
+fn genomics_regions_move_between_two_vms_and_every_pipeline_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let m = run_quick_spec("flight/flight-genomics-quick.toml", &out);
+    assert_eq!(m["executor"], "qemu");
+    let points = m["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "{points:?}");
+    let mut records = Vec::new();
+    for p in points {
+        assert_eq!(p["ok"], true, "{p}");
+        let s = &p["summary"];
+        assert_eq!(s["checksums_match"], true, "{s}");
+        records.push(s["records"].as_u64().unwrap());
+        // iperf3 measured the link in this boot; each pipeline's wire
+        // rate is a share of it.
+        assert!(s["link_mb_per_s"].as_f64().is_some_and(|l| l > 0.0), "{s}");
+        for pl in ["flight", "flight-tuned", "bam"] {
+            assert_eq!(s[format!("{pl}.checksum")], s["flight.checksum"], "{s}");
+            let share = s[format!("{pl}.communication_share")].as_f64().unwrap();
+            assert!(share > 0.0 && share < 1.0, "{pl}: {s}");
+            assert!(
+                s[format!("{pl}.link_share")]
+                    .as_f64()
+                    .is_some_and(|l| l > 0.0),
+                "{pl}: {s}"
+            );
+        }
+    }
+    // Every region count moved the whole data set.
+    assert!(
+        records.iter().all(|&r| r == records[0] && r > 1000),
+        "{records:?}"
+    );
+    let (ok, text) = testbed(&["check".as_ref(), out.as_os_str()]);
+    assert!(ok, "{text}");
+    let claims: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("claims.json")).unwrap()).unwrap();
+    let c = claims["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "less-communication")
+        .unwrap();
+    // Decided on this run's data, whichever way.
+    assert_ne!(c["verdict"], "not-measurable", "{c}");
 }

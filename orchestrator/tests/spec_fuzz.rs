@@ -416,6 +416,7 @@ fn gen_value(u: &mut Unstructured<'_>, keys: &[String], depth: u32) -> ArbResult
                 "btree",
                 "flight-bulk",
                 "flight-query",
+                "flight-genomics",
                 "asam-preproc",
                 "block-latency",
                 "fault",

@@ -5,7 +5,7 @@
 //! `-@`/`-t` threads).
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::num::NonZero;
 use std::path::Path;
 
@@ -80,12 +80,36 @@ pub fn write_bam(
         .map_err(|e| AsamError::Invalid(format!("output header for {}: {e}", path.display())))?;
     let io = |e| AsamError::io(path, e);
     let file = File::create(path).map_err(io)?;
+    let (n, inner) = write_bam_to(
+        BufWriter::with_capacity(1 << 20, file),
+        &header,
+        reference_names,
+        batches,
+        threads,
+        &path.display().to_string(),
+    )?;
+    // Flushed, not synced: no other tool fsyncs its output either.
+    inner.into_inner().map_err(|e| io(e.into_error()))?;
+    Ok(n)
+}
+
+/// Writes `header` and `batches` as BAM to `inner` (a file, a socket),
+/// `threads` BGZF workers compressing; returns the record count and
+/// `inner`, flushed. `label` names the destination in errors.
+pub fn write_bam_to<W: Write + Send + 'static>(
+    inner: W,
+    header: &sam::Header,
+    reference_names: &[String],
+    batches: &[RecordBatch],
+    threads: usize,
+    label: &str,
+) -> Result<(u64, W)> {
+    let io = |e| AsamError::io(label, e);
     let workers = NonZero::new(threads.max(1)).unwrap_or(NonZero::<usize>::MIN);
     let mut writer = bam::io::Writer::from(bgzf::io::MultithreadedWriter::with_worker_count(
-        workers,
-        BufWriter::with_capacity(1 << 20, file),
+        workers, inner,
     ));
-    writer.write_header(&header).map_err(io)?;
+    writer.write_header(header).map_err(io)?;
     let mut line = Vec::new();
     let mut record = sam::Record::default();
     let mut n = 0u64;
@@ -99,21 +123,15 @@ pub fn write_bam(
             // are encoded by the same code that reads them.
             sam::io::Reader::new(&line[..])
                 .read_record(&mut record)
-                .and_then(|_| writer.write_alignment_record(&header, &record))
+                .and_then(|_| writer.write_alignment_record(header, &record))
                 .map_err(|e| {
-                    AsamError::Invalid(format!(
-                        "{}: record {n} (read {}): {e}",
-                        path.display(),
-                        row.qname
-                    ))
+                    AsamError::Invalid(format!("{label}: record {n} (read {}): {e}", row.qname))
                 })?;
             n += 1;
         }
     }
     let inner = writer.get_mut().finish().map_err(io)?;
-    // Flushed, not synced: no other tool fsyncs its output either.
-    inner.into_inner().map_err(|e| io(e.into_error()))?;
-    Ok(n)
+    Ok((n, inner))
 }
 
 #[cfg(test)]

@@ -55,6 +55,11 @@ pub enum FlightCommand {
     /// PostgreSQL with the taxi table), for any Flight SQL client; prints
     /// its address as JSON and serves until stdin closes, SIGINT or SIGTERM.
     SqlServe(crate::query::serve::SqlServeArgs),
+    /// The genomics receiver: DoPut of a region's ArrowSAM batches, and a
+    /// BAM listener; sorts and marks duplicates per region.
+    GenomicsServe(crate::genomics::cli::ServeArgs),
+    /// The genomics sender: a SAM file's regions moved by Flight and by BAM.
+    GenomicsSend(crate::genomics::cli::SendArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -179,6 +184,8 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
         FlightCommand::PyBench(args) => crate::pyarrow::bench_cli(&args),
         FlightCommand::Query(args) => crate::query::run_cli(&args),
         FlightCommand::SqlServe(args) => crate::query::serve::run_cli(&args),
+        FlightCommand::GenomicsServe(args) => crate::genomics::cli::serve(args),
+        FlightCommand::GenomicsSend(args) => crate::genomics::cli::send(args),
     }
 }
 
@@ -190,15 +197,22 @@ async fn serve(cfg: ServerConfig) -> anyhow::Result<()> {
         tls: cfg.tls_dir.is_some(),
         settings: cfg.settings.clone(),
     };
+    announce_and_wait(&line).await?;
+    server.stop().await?;
+    Ok(())
+}
+
+/// Prints a server's ready line (a parent reads where it listens, port 0
+/// resolved) and waits for SIGINT or SIGTERM.
+pub(crate) async fn announce_and_wait(ready: &impl serde::Serialize) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
-    writeln!(out, "{}", serde_json::to_string(&line)?)?;
+    writeln!(out, "{}", serde_json::to_string(ready)?)?;
     out.flush()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
         _ = term.recv() => {}
     }
-    server.stop().await?;
     Ok(())
 }
 

@@ -25,6 +25,7 @@ pub mod cli;
 pub mod codec;
 pub mod data;
 pub mod error;
+pub mod genomics;
 pub mod lines;
 pub mod private;
 pub mod pyarrow;

@@ -80,6 +80,34 @@ pub struct QueryLine<Client = String, Checksum = serde_json::Value> {
     pub matches: bool,
 }
 
+/// One line of `genomics-send --json`: one pipeline moving every region
+/// of the data set once (regions one after another), then the receiver's
+/// per-region sort and duplicate marking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenomicsLine {
+    /// "flight" (ArrowSAM batches by DoPut) or "bam" (BGZF BAM over TCP).
+    pub pipeline: String,
+    pub regions: u32,
+    pub repetition: u32,
+    /// Sum over regions: from the sender's connect to the receiver
+    /// holding the region's records as ArrowSAM batches (encode, transfer
+    /// and decode included), on the sender's clock.
+    pub communication_seconds: f64,
+    /// Sum over regions of the receiver's sort + duplicate marking.
+    pub processing_seconds: f64,
+    /// Bytes the sender wrote to the connection (Flight: FlightData
+    /// header and body; BAM: the BGZF stream).
+    pub wire_bytes: u64,
+    pub records: u64,
+    pub duplicates: u64,
+    /// Duplicates marked over the whole data set at once: the difference
+    /// to `duplicates` is what region boundaries cost (pairs whose
+    /// duplicate lies in another region).
+    pub unpartitioned_duplicates: u64,
+    /// FNV-1a over the SAM lines of every region's output, in order.
+    pub checksum: String,
+}
+
 /// The names of `query --clients` (`query::QueryClient` serialised).
 pub const QUERY_CLIENTS: [&str; 10] = [
     "odbc-row",

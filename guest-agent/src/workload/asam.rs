@@ -182,18 +182,13 @@ pub fn run(p: &AsamPreprocParams, ctx: &JobContext) -> Result<Summary, WorkloadE
     run_with_binary(p, ctx, &bin)
 }
 
-pub fn run_with_binary(
-    p: &AsamPreprocParams,
-    ctx: &JobContext,
-    bin: &Path,
-) -> Result<Summary, WorkloadError> {
-    p.validate()
-        .map_err(|e| WorkloadError::Other(e.to_string()))?;
+/// `testbed-asam prepare` of the data set `p` names (cached in its data
+/// directory): the aligned SAM and its provenance.
+pub fn prepare_dataset(p: &AsamPreprocParams, bin: &Path) -> Result<Prepared, WorkloadError> {
     let sizes = p
         .sizes()
         .ok_or_else(|| WorkloadError::Other(format!("unknown data set {:?}", p.dataset)))?;
     let timeout = Duration::from_secs(p.timeout_seconds);
-    let threads = p.threads.to_string();
     let prepare_args: Vec<String> = vec![
         "prepare".into(),
         "--dir".into(),
@@ -211,7 +206,7 @@ pub fn run_with_binary(
         "--seed".into(),
         p.data_seed.to_string(),
         "--threads".into(),
-        threads.clone(),
+        p.threads.to_string(),
     ];
     let prepared: Vec<Prepared> =
         child::run_json(bin, &prepare_args, timeout, "testbed-asam prepare")?;
@@ -219,6 +214,19 @@ pub fn run_with_binary(
         .into_iter()
         .next()
         .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
+    Ok(dataset)
+}
+
+pub fn run_with_binary(
+    p: &AsamPreprocParams,
+    ctx: &JobContext,
+    bin: &Path,
+) -> Result<Summary, WorkloadError> {
+    p.validate()
+        .map_err(|e| WorkloadError::Other(e.to_string()))?;
+    let timeout = Duration::from_secs(p.timeout_seconds);
+    let threads = p.threads.to_string();
+    let dataset = prepare_dataset(p, bin)?;
 
     // Every tool's output and scratch: private (mode 0700), removed on return.
     let prefix = format!("testbed-asam-{}-", ctx.job_id);

@@ -42,6 +42,8 @@ registry::workloads! {
         FlightBulk(FlightBulkParams) = "flight-bulk",
         /// Row protocols vs Flight SQL on a PostgreSQL table, via testbed-flight.
         FlightQuery(FlightQueryParams) = "flight-query",
+        /// ArrowSAM regions moved by DoPut vs as BAM, then sorted and marked per region.
+        FlightGenomics(FlightGenomicsParams) = "flight-genomics",
     }
     mod asam {
         /// Sort + mark duplicates: Picard, Sambamba, samtools, ArrowSAM, via testbed-asam.

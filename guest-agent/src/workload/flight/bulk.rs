@@ -473,6 +473,17 @@ struct BootService {
     _iperf: Option<testbed_proc::Group>,
 }
 
+/// Keeps `server` (and iperf3) serving for the rest of the boot, where the
+/// next server job or [`stop_boot_server`] stops them.
+pub(super) fn keep_for_boot(server: ServerChild, iperf: Option<testbed_proc::Group>) {
+    if let Ok(mut slot) = BOOT_SERVER.lock() {
+        *slot = Some(BootService {
+            _flight: server,
+            _iperf: iperf,
+        });
+    }
+}
+
 /// Stops the server a `serve_seconds = 0` job left serving, if any (for
 /// the agent to call when the host ends the boot).
 pub fn stop_boot_server() {
@@ -575,12 +586,7 @@ pub fn run_with_binary(
                 s.insert("address".into(), serde_json::json!(server.addr));
                 s.insert("boot_service".into(), serde_json::json!(true));
                 s.insert("iperf3".into(), serde_json::json!(iperf.is_some()));
-                if let Ok(mut slot) = BOOT_SERVER.lock() {
-                    *slot = Some(BootService {
-                        _flight: server,
-                        _iperf: iperf,
-                    });
-                }
+                keep_for_boot(server, iperf);
                 return Ok(s);
             }
             let deadline = t0 + Duration::from_secs(p.serve_seconds);

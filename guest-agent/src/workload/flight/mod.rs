@@ -6,9 +6,11 @@
 //! - `flight-bulk` (bulk.rs): DoGet/DoPut/DoExchange throughput, the
 //!   client's stream and summary lines turned into samples.
 //! - `flight-query` (query.rs): the row protocols vs Flight SQL comparison.
+//! - `flight-genomics` (genomics.rs): ArrowSAM regions by DoPut vs BAM.
 //! - process.rs: the server child, certificates, the loopback interface.
 
 mod bulk;
+mod genomics;
 mod link;
 mod process;
 mod query;
@@ -17,6 +19,7 @@ pub use bulk::stop_boot_server;
 pub use bulk::{
     Compression, FlightBulkParams, Operation, Role, Transport, record, run, run_with_binary,
 };
+pub use genomics::{FlightGenomicsParams, PIPELINES};
 pub use process::ensure_loopback_up;
 pub use query::{FlightQueryParams, QUERY_CLIENTS, run_query, run_query_with_binary};
 

@@ -20,6 +20,8 @@ pub(super) struct ServerChild {
     pub(super) child: Group,
     /// Where it listens, from its first line (port 0 resolved).
     pub(super) addr: String,
+    /// The `settings` of that line (`genomics-serve`: its BAM address).
+    pub(super) settings: serde_json::Value,
 }
 
 impl ServerChild {
@@ -74,6 +76,7 @@ impl ServerChild {
                 Ok(ServerChild {
                     child,
                     addr: r.listening,
+                    settings: r.settings,
                 })
             }
             Err(e) => {
