@@ -1,5 +1,7 @@
 //! The binaries that run in the guest, linked static with glibc
 //! (`-C target-feature=+crt-static`; this toolchain has no musl target).
+//! A helper marked `dynamic` (testbed-odbc: it dlopens psqlODBC) is built
+//! for the host instead and runs only on a Debian root image.
 //! One cargo build makes them and the host CLI alike (`./x build` runs the
 //! same command): `--target` keeps the flag off build scripts and
 //! proc-macros, and building the same package set with the same profile
@@ -90,7 +92,7 @@ pub fn build_spec() -> BuildSpec {
 /// Names, packages and override variables are declared once, in the
 /// agent's workload registry, and shared with the agent that runs them.
 pub use testbed_agent::workload::Helper;
-pub use testbed_agent::workload::registry::{AGENT, ASAM, FLIGHT};
+pub use testbed_agent::workload::registry::{AGENT, ASAM, FLIGHT, ODBC};
 
 /// `$CARGO_TARGET_DIR/<triple>/release`, or the workspace's `target/`.
 pub fn release_dir(repo: &Path) -> PathBuf {
@@ -98,6 +100,14 @@ pub fn release_dir(repo: &Path) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo.join("target"))
         .join(build_spec().target)
+        .join("release")
+}
+
+/// Where a dynamic helper is built: the host profile's `release/`.
+pub fn host_release_dir(repo: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("target"))
         .join("release")
 }
 
@@ -114,7 +124,9 @@ pub fn command_line() -> String {
     )
 }
 
-/// Returns the static binary, building it (incrementally) from the source tree.
+/// Returns the helper's binary, building it (incrementally) from the
+/// source tree: static with the guest build, or, for a dynamic helper,
+/// alone for the host (`./x build` builds both the same way).
 pub fn ensure(
     repo: &Path,
     which: Helper,
@@ -124,7 +136,11 @@ pub fn ensure(
     if let Ok(p) = std::env::var(env) {
         return Ok(PathBuf::from(p));
     }
-    let path = release_dir(repo).join(bin);
+    let path = if which.dynamic {
+        host_release_dir(repo).join(bin)
+    } else {
+        release_dir(repo).join(bin)
+    };
     if !repo.join("Cargo.toml").is_file() {
         return if path.is_file() {
             Ok(path)
@@ -143,13 +159,26 @@ pub fn ensure(
             env: env.into(),
         });
     }
-    progress(&format!("building {bin} (static, for the guest)"));
-    let started = std::time::Instant::now();
     let build = build_spec();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(repo)
-        .args(["build", "--locked", "--release", "--target", &build.target])
-        .env(build.rustflags_var(), &build.rustflags);
+        .args(["build", "--locked", "--release"]);
+    let command = if which.dynamic {
+        progress(&format!(
+            "building {bin} (dynamic: the host, or a Debian root image)"
+        ));
+        cmd.args(["--package", which.package]);
+        format!("cargo build --locked --release -p {}", which.package)
+    } else {
+        progress(&format!("building {bin} (static, for the guest)"));
+        cmd.args(["--target", &build.target])
+            .env(build.rustflags_var(), &build.rustflags);
+        for p in &build.packages {
+            cmd.args(["--package", p]);
+        }
+        command_line()
+    };
+    let started = std::time::Instant::now();
     // Started from a test, we inherit the variables cargo sets for one
     // crate (CARGO_PKG_NAME, …). Build scripts such as ring's rerun when
     // those change, so `./x build` and this build would rebuild each other.
@@ -161,13 +190,10 @@ pub fn ensure(
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         cmd.arg("--target-dir").arg(dir);
     }
-    for p in &build.packages {
-        cmd.args(["--package", p]);
-    }
     let status = run_contained(&mut cmd).map_err(|e| GuestBinError::Build {
         name: bin.into(),
         status: e,
-        command: command_line(),
+        command: command.clone(),
     });
     crate::phases::add("rust build", started.elapsed());
     let status = status?;
@@ -175,10 +201,10 @@ pub fn ensure(
         return Err(GuestBinError::Build {
             name: bin.into(),
             status: status.to_string(),
-            command: command_line(),
+            command,
         });
     }
-    if !is_static(&path) {
+    if !which.dynamic && !is_static(&path) {
         return Err(GuestBinError::NotStatic(path));
     }
     Ok(path)

@@ -176,6 +176,7 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
                 }
                 e
             })?;
+        check_dynamic_helpers(loaded, &workload)?;
         for rep in 0..spec.experiment.repetitions {
             points.push(Point {
                 point: index as u32,
@@ -191,6 +192,32 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
     // within one, points of one vCPU count together (one boot each).
     points.sort_by_key(|p| (p.rep, p.vm_vcpus, p.point));
     Ok(Plan { points, devices })
+}
+
+/// A helper linked dynamically (testbed-odbc) runs in a guest only on a
+/// Debian root image that has its libraries.
+fn check_dynamic_helpers(loaded: &LoadedSpec, workload: &Workload) -> Result<(), SpecError> {
+    let spec = &loaded.spec;
+    let in_guest = match spec.experiment.executor {
+        ExecutorKind::Qemu => true,
+        ExecutorKind::Slurm => spec.slurm.task_executor == ExecutorKind::Qemu,
+        ExecutorKind::Host => false,
+    };
+    if !in_guest || spec.image.name.is_some() {
+        return Ok(());
+    }
+    match workload.needs().helpers.iter().find(|h| h.dynamic) {
+        Some(h) => Err(loaded.error_at(
+            "image",
+            Some("name"),
+            format!(
+                "{} is linked dynamically (libodbc, psqlODBC): in a guest it runs only on a \
+                 Debian root image with its libraries; set [image] name = \"bookworm-asam\"",
+                h.binary
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A `vm.*` sweep axis: only `vm.vcpus`, integers 1..=64, on the qemu
@@ -482,6 +509,32 @@ device = "data"
 threads = [1, 2, 4]
 block_size = [512, 4096]
 "#;
+
+    #[test]
+    fn a_dynamically_linked_helper_in_a_guest_needs_the_debian_image() {
+        let spec = |extra: &str, clients: &str| {
+            format!(
+                "[experiment]\nname = \"q\"\n{extra}\n[workload]\nkind = \"flight-query\"\nclients = {clients}\n"
+            )
+        };
+        let planned = |text: String| plan(&crate::spec::parse(Path::new("q.toml"), &text).unwrap());
+        let e = planned(spec("", r#"["odbc-row"]"#)).unwrap_err();
+        assert!(
+            e.to_string().contains("testbed-odbc is linked dynamically")
+                && e.to_string().contains("bookworm-asam"),
+            "{e}"
+        );
+        assert_eq!(e.field.as_deref(), Some("image.name"), "{e:?}");
+        assert!(planned(spec("", r#"["tokio-postgres"]"#)).is_ok());
+        assert!(
+            planned(spec(
+                "\n[image]\nname = \"bookworm-asam\"",
+                r#"["odbc-row"]"#
+            ))
+            .is_ok()
+        );
+        assert!(planned(spec("executor = \"host\"", r#"["odbc-row"]"#)).is_ok());
+    }
 
     #[test]
     fn cartesian_product_times_repetitions() {

@@ -12,8 +12,9 @@
 //!   duplicates, and `testbed check` leaves a Picard claim undecided
 //!   unless one JVM start-up was small beside the work (`requires`).
 //! - flight-query-vm-quick: the image's PostgreSQL 15, started inside the
-//!   guest, read by tokio-postgres and the three Flight SQL paths; every
-//!   client's rows equal the generated table's.
+//!   guest, and DataFusion, read by every client, psqlODBC (the
+//!   dynamically linked testbed-odbc on the image's unixodbc) included;
+//!   every client's rows equal the generated table's.
 //! - flight-genomics-quick: two VMs; ArrowSAM regions by DoPut (both
 //!   transport profiles) and as BAM, each point's outputs equal, the link
 //!   measured in the same boot.
@@ -190,12 +191,16 @@ fn the_query_comparison_runs_against_postgresql_and_datafusion_inside_the_guest(
         let s = &p["summary"];
         assert_eq!(s["checksums_match"], true, "{s}");
         for client in [
+            "odbc-row",
+            "odbc-block",
             "tokio-postgres",
             "flight-sql",
             "flight-sql-rows",
             "flight-sql-parquet",
             "datafusion-flight-sql",
             "datafusion-pgwire-tokio-postgres",
+            "datafusion-pgwire-odbc-row",
+            "datafusion-pgwire-odbc-block",
         ] {
             assert!(
                 s[format!("{client}_seconds")]

@@ -62,6 +62,9 @@ pub struct Helper {
     /// Overrides where it is found (host: the file to put in the image;
     /// guest and tests: the file to run).
     pub env: &'static str,
+    /// Linked dynamically (built for the host, not static): it runs in a
+    /// guest only on a Debian root image that has its libraries.
+    pub dynamic: bool,
 }
 
 impl Helper {
@@ -83,16 +86,28 @@ pub const AGENT: Helper = Helper {
     package: "testbed-agent",
     binary: "testbed-agent",
     env: "TESTBED_AGENT_BIN",
+    dynamic: false,
 };
 pub const FLIGHT: Helper = Helper {
     package: "testbed-flight",
     binary: "testbed-flight",
     env: "TESTBED_FLIGHT_BIN",
+    dynamic: false,
 };
 pub const ASAM: Helper = Helper {
     package: "testbed-asam",
     binary: "testbed-asam",
     env: "TESTBED_ASAM_BIN",
+    dynamic: false,
+};
+
+/// The query comparison's ODBC clients: libodbc is linked and psqlODBC
+/// dlopened, which a static binary cannot do.
+pub const ODBC: Helper = Helper {
+    package: "testbed-odbc",
+    binary: "testbed-odbc",
+    env: "TESTBED_ODBC_BIN",
+    dynamic: true,
 };
 
 /// A metric a workload emits.

@@ -118,6 +118,15 @@ pub fn needs(spec: &crate::spec::Spec, plan: &Plan) -> Vec<&'static str> {
     // builds the image.
     if qemu && spec.image.name.is_some() {
         needs.push("image");
+        // A dynamically linked helper (testbed-odbc) is still built here,
+        // against the host's unixODBC.
+        let dynamic = plan
+            .points
+            .iter()
+            .any(|p| p.workload.needs().helpers.iter().any(|h| h.dynamic));
+        if dynamic {
+            needs.push("odbc");
+        }
         return needs;
     }
     for p in &plan.points {

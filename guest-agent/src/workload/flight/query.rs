@@ -2,7 +2,8 @@
 //! fetch, tokio-postgres, Flight SQL over PostgreSQL by binary COPY and by
 //! rows, and over Parquet) for one N, run by `testbed-flight query --json`.
 //! PostgreSQL 15 must be installed where it runs; the ODBC clients run
-//! `testbed-odbc` (host only: it is linked dynamically).
+//! `testbed-odbc`, linked dynamically: on the host, or in a guest on the
+//! bookworm-asam root image (unixodbc and psqlODBC installed).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -164,11 +165,13 @@ impl crate::workload::WorkloadParams for FlightQueryParams {
     }
     fn needs(&self) -> crate::workload::Needs {
         let mut host_steps = vec!["postgres"];
+        let mut helpers = vec![registry::FLIGHT];
         if self.clients.iter().any(|c| c.contains("odbc-")) {
             host_steps.push("odbc");
+            helpers.push(registry::ODBC);
         }
         crate::workload::Needs {
-            helpers: vec![registry::FLIGHT],
+            helpers,
             host_steps,
             ..Default::default()
         }
