@@ -133,15 +133,7 @@ impl AsamPreprocParams {
         if !(0.0..1.0).contains(&self.dup_fraction) {
             return Err(ParamError::new("dup_fraction", "must be in [0, 1)"));
         }
-        if self.tools.is_empty() {
-            return Err(ParamError::new("tools", "name at least one tool"));
-        }
-        if let Some(t) = self.tools.iter().find(|t| !TOOLS.contains(&t.as_str())) {
-            return Err(ParamError::new(
-                "tools",
-                format!("unknown tool {t:?}; known: {}", TOOLS.join(", ")),
-            ));
-        }
+        super::known_names("tools", "tool", &self.tools, &TOOLS)?;
         if !(1..=256).contains(&self.threads) {
             return Err(ParamError::new("threads", "must be 1..=256"));
         }

@@ -105,6 +105,25 @@ impl ParamError {
     }
 }
 
+/// `field` names at least one `noun`, each one of `known`.
+pub fn known_names(
+    field: &str,
+    noun: &str,
+    names: &[String],
+    known: &[&str],
+) -> Result<(), ParamError> {
+    if names.is_empty() {
+        return Err(ParamError::new(field, format!("name at least one {noun}")));
+    }
+    if let Some(n) = names.iter().find(|n| !known.contains(&n.as_str())) {
+        return Err(ParamError::new(
+            field,
+            format!("unknown {noun} {n:?}; known: {}", known.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
 /// The `[[devices]]` entry a workload's `device` field names.
 pub fn named_device<'a>(
     devices: &'a BTreeMap<String, DeviceRef>,

@@ -1,6 +1,8 @@
 //! `genomics-serve` and `genomics-send`.
 
 use std::io::Write;
+
+use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -109,8 +111,10 @@ pub fn send(a: SendArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(a.connect_timeout_secs.max(0.001)),
     };
     let rt = crate::cli::runtime(None)?;
-    let mut lines = run(&cfg, &rt)?;
-    let whole = unpartitioned_duplicates(&cfg)?;
+    let table = testbed_asam::load::load_sam(&cfg.sam)
+        .with_context(|| format!("loading {}", cfg.sam.display()))?;
+    let mut lines = run(&cfg, &table, &rt)?;
+    let whole = unpartitioned_duplicates(&cfg, &table)?;
     for l in &mut lines {
         l.unpartitioned_duplicates = whole;
     }

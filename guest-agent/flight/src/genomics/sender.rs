@@ -20,11 +20,11 @@ use arrow::array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::{FlightClient, FlightDescriptor};
 use futures::{StreamExt, TryStreamExt};
-use testbed_asam::load::load_sam;
+use testbed_asam::load::SamTable;
 use testbed_lines::flight::GenomicsLine;
 
 use super::bam;
-use super::partition::{Genome, asam, partition};
+use super::partition::{Genome, partition};
 use super::process::{Fnv, Processed, process};
 use super::receiver::{RegionCommand, Reply};
 use crate::addr::Addr;
@@ -86,13 +86,16 @@ struct Moved {
 
 /// Every pipeline × repetition, each a [`GenomicsLine`]; fails if their
 /// outputs differ.
-pub fn run(cfg: &SendConfig, rt: &tokio::runtime::Runtime) -> Result<Vec<GenomicsLine>> {
+pub fn run(
+    cfg: &SendConfig,
+    table: &SamTable,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Vec<GenomicsLine>> {
     if cfg.pipelines.is_empty() || cfg.repetitions == 0 {
         return Err(FlightError::Param(
             "name a pipeline and at least one repetition".into(),
         ));
     }
-    let table = load_sam(&cfg.sam).map_err(asam)?;
     let genome = Genome::from_header(&table.header_text)?;
     let parts = partition(&table.batches, &genome, cfg.regions)?;
     let mut lines = Vec::new();
@@ -185,8 +188,7 @@ pub fn run(cfg: &SendConfig, rt: &tokio::runtime::Runtime) -> Result<Vec<Genomic
 
 /// Duplicates marked over the whole data set at once (not per region): what
 /// region boundaries cost the per-region marking, for the summary.
-pub fn unpartitioned_duplicates(cfg: &SendConfig) -> Result<u64> {
-    let table = load_sam(&cfg.sam).map_err(asam)?;
+pub fn unpartitioned_duplicates(cfg: &SendConfig, table: &SamTable) -> Result<u64> {
     let p = process(
         &table.batches,
         &table.header_text,

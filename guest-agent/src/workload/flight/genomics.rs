@@ -128,19 +128,7 @@ impl FlightGenomicsParams {
         if !(1..=1024).contains(&self.regions) {
             return Err(ParamError::new("regions", "must be 1..=1024"));
         }
-        if self.pipelines.is_empty() {
-            return Err(ParamError::new("pipelines", "name at least one pipeline"));
-        }
-        if let Some(p) = self
-            .pipelines
-            .iter()
-            .find(|p| !PIPELINES.contains(&p.as_str()))
-        {
-            return Err(ParamError::new(
-                "pipelines",
-                format!("unknown pipeline {p:?}; known: {}", PIPELINES.join(", ")),
-            ));
-        }
+        crate::workload::known_names("pipelines", "pipeline", &self.pipelines, &PIPELINES)?;
         if self.repetitions == 0 {
             return Err(ParamError::new("repetitions", "must be at least 1"));
         }

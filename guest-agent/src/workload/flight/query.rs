@@ -58,19 +58,7 @@ impl FlightQueryParams {
         if self.table_rows == Some(0) {
             return Err(ParamError::new("table_rows", "must be at least 1"));
         }
-        if self.clients.is_empty() {
-            return Err(ParamError::new("clients", "name at least one client"));
-        }
-        if let Some(c) = self
-            .clients
-            .iter()
-            .find(|c| !QUERY_CLIENTS.contains(&c.as_str()))
-        {
-            return Err(ParamError::new(
-                "clients",
-                format!("unknown client {c:?}; known: {}", QUERY_CLIENTS.join(", ")),
-            ));
-        }
+        crate::workload::known_names("clients", "client", &self.clients, &QUERY_CLIENTS)?;
         if self.repetitions == 0 {
             return Err(ParamError::new("repetitions", "must be at least 1"));
         }
