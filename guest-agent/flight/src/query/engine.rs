@@ -21,9 +21,9 @@ pub const SCHEMA: &str = "public";
 
 /// A context over the taxi table's Parquet file. One partition, so a scan
 /// returns the file's rows in order and `LIMIT N` returns the first N rows
-/// (the clients' checksums check the order); `batch_rows` rows per batch;
-/// pg_catalog installed for PostgreSQL clients (psqlODBC asks it at
-/// connect).
+/// (the clients' checksums check the order); `batch_rows` rows per batch.
+/// PostgreSQL clients' session statements and psqlODBC's connect-time
+/// lookup are answered by the pgwire front (`pgwire.rs`), not here.
 pub async fn taxi_context(parquet: &Path, batch_rows: usize) -> Result<Arc<SessionContext>> {
     let config = SessionConfig::new()
         .with_target_partitions(1)
@@ -36,12 +36,6 @@ pub async fn taxi_context(parquet: &Path, batch_rows: usize) -> Result<Arc<Sessi
     ctx.register_parquet(TABLE, path, ParquetReadOptions::default())
         .await
         .map_err(|e| FlightError::Other(format!("DataFusion: register {path}: {e}")))?;
-    datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
-        &ctx,
-        CATALOG,
-        datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
-    )
-    .map_err(|e| FlightError::Other(format!("DataFusion: pg_catalog: {e}")))?;
     Ok(Arc::new(ctx))
 }
 

@@ -2,6 +2,7 @@
 //! user's own tree: unpack (or take the tree), patch, configure, check the
 //! config, `make bzImage`, and store the outputs in the cache.
 
+mod ccache;
 mod check;
 mod collect;
 mod configfile;
@@ -185,9 +186,10 @@ fn build_uncached(
         log.display()
     ));
     let mut kb = run::KbuildProgress::new(progress);
+    let mut make = tree.make(&[&format!("-j{jobs}"), "bzImage"]);
+    let compiler_cache = ccache::apply(&mut make, cache_root, &work_root);
     run::run(
-        tree.make(&[&format!("-j{jobs}"), "bzImage"])
-            .env("KBUILD_BUILD_USER", "testbed")
+        make.env("KBUILD_BUILD_USER", "testbed")
             // Shows in /proc/version: ties a booted kernel to its cache key.
             .env("KBUILD_BUILD_HOST", &k.key[..16]),
         &tree.src,
@@ -226,6 +228,7 @@ fn build_uncached(
         ("fragments", sb.fragments.join(",")),
         ("patch_series", sb.patch_series.clone().unwrap_or_default()),
         ("gcc", k.gcc.clone()),
+        ("compiler_cache", compiler_cache),
         ("pahole", k.pahole.clone()),
         ("build_seconds", seconds.to_string()),
         ("kbuild_steps", kb.steps().to_string()),
