@@ -187,6 +187,13 @@ pub fn ensure(
             cmd.env_remove(name);
         }
     }
+    // `./x test` builds and runs the tests with clippy-driver as the
+    // workspace's rustc wrapper (CLIPPY_ARGS set): our crates would get
+    // other fingerprints than `./x build` gave them, and be rebuilt.
+    if std::env::var_os("CLIPPY_ARGS").is_some() {
+        cmd.env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS");
+    }
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         cmd.arg("--target-dir").arg(dir);
     }
