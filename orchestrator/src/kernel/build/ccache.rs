@@ -11,13 +11,10 @@ pub fn dir(cache_root: &Path) -> PathBuf {
     cache_root.join("ccache")
 }
 
-/// `ccache` on PATH, if present (`./x setup` installs it; without it the
-/// build runs as before, uncached).
+/// `ccache`, if present (`./x setup` installs it; without it the build
+/// runs as before, uncached).
 fn program() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("ccache"))
-        .find(|p| p.is_file())
+    crate::image::libs::find_program("ccache")
 }
 
 /// Makes `make` compile through ccache: `CC="ccache gcc"` and the cache's
