@@ -17,6 +17,8 @@
 #   TESTBED_CI_KERNEL       or your own descriptor file (kind = "local-tree"); default:
 #                           one written to $TESTBED_CI_OUT for TESTBED_CI_TREE
 #   TESTBED_CI_FRAGMENTS    config fragments of the written descriptor (default "vm-base")
+#   TESTBED_CI_PATCHES      a patch series of kernel-configs/patches/ the written descriptor
+#                           applies, to a copy of your tree (default none; e.g. storage-hooks)
 #   TESTBED_CI_SPEC         the spec to run (default experiments/smoke.toml)
 #   TESTBED_CI_REPETITIONS  repetitions (default 5; compare needs them for its intervals)
 #   TESTBED_CI_ACCEL        tcg (default), kvm or auto
@@ -48,6 +50,7 @@ ACCEL=${TESTBED_CI_ACCEL:-tcg}
 OUT=${TESTBED_CI_OUT:-$PWD/testbed-ci-out}
 INSTALL=${TESTBED_CI_INSTALL:-needed}
 FRAGMENTS=${TESTBED_CI_FRAGMENTS:-vm-base}
+PATCHES=${TESTBED_CI_PATCHES:-}
 [ -f "$SPEC" ] || die "TESTBED_CI_SPEC: no spec at $SPEC"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "TESTBED_CI_REPETITIONS=$REPS is not a positive number"
 SPEC=$(realpath "$SPEC")
@@ -148,6 +151,9 @@ fragments = [$frags]
 [modules]
 load = []
 EOF
+  if [ -n "$PATCHES" ]; then
+    printf '\n[patches]\nseries = %s\n' "$(toml_string "$PATCHES")" >>"$KERNEL"
+  fi
 fi
 say "kernel descriptor $KERNEL"
 KERNEL_OUT=$("$TESTBED" kernel build "$KERNEL")

@@ -1,17 +1,17 @@
 //! `testbed reproduce [FAMILY|FIGURE] [--quick]`: finds the specs that feed
 //! the wanted figures, runs each (reusing a complete run of the same spec,
 //! resuming an unfinished one), then plots, checks and reports every run and
-//! joins them in `results/reproduce/report.html` and `claims.json`.
+//! joins them in `results/reproduce/report.html` and `claims.json`, where
+//! each claim is reported once, decided on the run that measured it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::figures::claims::ClaimResult;
 use crate::figures::def::{self, FigureDef};
 use crate::figures::error::{FigureError, file_err};
-use crate::figures::report::{self, RunLink, SpecOutcome};
+use crate::figures::report::{self, JoinedClaim, RunLink, SpecOutcome};
 use crate::figures::{compute, write, write_claims, write_figures};
 use crate::lock::LockError;
 use crate::progress::{Event, Progress};
@@ -47,7 +47,8 @@ impl Options {
 
 pub struct Summary {
     pub outcomes: Vec<SpecOutcome>,
-    pub claims: Vec<(String, ClaimResult)>,
+    /// Each (figure, claim) once, with the run it was decided on.
+    pub claims: Vec<JoinedClaim>,
     pub report: PathBuf,
 }
 
@@ -296,15 +297,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
     let page = report::joined_page(&outcomes, &label)?;
     let report_path = out_dir.join("report.html");
     write(&report_path, page.as_bytes())?;
-    let mut claims = Vec::new();
-    for o in &outcomes {
-        if let Some(r) = &o.run {
-            let exp = r.figures.run.manifest.experiment.clone();
-            for c in r.figures.figures.iter().flat_map(|f| f.claims.iter()) {
-                claims.push((exp.clone(), c.clone()));
-            }
-        }
-    }
+    let claims = report::join_claims(&outcomes);
     let doc = serde_json::json!({
         "target": label,
         "runs": outcomes.iter().map(|o| serde_json::json!({
@@ -312,7 +305,12 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
             "run": o.run.as_ref().map(|r| r.href.clone()),
             "error": o.error,
         })).collect::<Vec<_>>(),
-        "claims": claims.iter().map(|(e, c)| serde_json::json!({"experiment": e, "claim": c})).collect::<Vec<_>>(),
+        "claims": claims.iter().map(|j| serde_json::json!({
+            "experiment": j.experiment,
+            "run": j.run,
+            "checked_in": j.checked_in,
+            "claim": j.claim,
+        })).collect::<Vec<_>>(),
     });
     let cpath = out_dir.join("claims.json");
     let text = serde_json::to_vec_pretty(&doc).map_err(|e| FigureError::Other(e.to_string()))?;

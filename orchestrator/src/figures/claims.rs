@@ -1,6 +1,10 @@
-//! The paper's qualitative claims, checked against a run's series: each
-//! holds, does not hold, or is not measurable here, with the numbers it
-//! was decided on. Decisions use the medians; intervals are shown beside.
+//! The paper's qualitative claims, checked against a run's series. Each
+//! claim's quantity (a value, a ratio, the largest value, the worst step,
+//! an R²) gets a 95 % bootstrap interval over the run's repetitions: the
+//! claim holds when the whole interval is inside its bounds, does not hold
+//! when the whole interval is outside, and is undecided at this noise
+//! otherwise (with how many repetitions would likely decide it). It is not
+//! measurable here when the run lacks the data.
 
 use serde::Serialize;
 
@@ -8,13 +12,15 @@ use super::def::{
     At, Bounds, ClaimCheck, ClaimDef, ClaimKind, Direction, FigureDef, Place, RatioAt,
 };
 use super::extract::{PanelData, Series, SeriesPoint, fmt_num};
-use super::stats;
+use super::stats::{self, Spread};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     Holds,
     DoesNotHold,
+    /// Measured, but the interval straddles a bound (or there is none).
+    Undecided,
     NotMeasurable,
 }
 
@@ -23,6 +29,7 @@ impl Verdict {
         match self {
             Verdict::Holds => "holds",
             Verdict::DoesNotHold => "does not hold",
+            Verdict::Undecided => "undecided at this noise",
             Verdict::NotMeasurable => "not measurable here",
         }
     }
@@ -50,6 +57,40 @@ pub struct ClaimResult {
     /// The numbers behind the verdict, in words.
     pub numbers: String,
     pub values: Vec<Used>,
+    /// The quantity the verdict was decided on ("io-uring/read at x=1"),
+    /// its estimate on the medians and 95 % interval over repetitions, the
+    /// bound it was held against; None where nothing was measured.
+    pub quantity: Option<String>,
+    pub estimate: Option<f64>,
+    pub lo: Option<f64>,
+    pub hi: Option<f64>,
+    pub bound: Option<String>,
+    /// Repetitions the interval rests on (the fewest of its points).
+    pub repetitions: Option<usize>,
+    /// For an undecided claim: about how many would decide it.
+    pub repetitions_needed: Option<usize>,
+    /// Claim ids this one rests on (`requires`).
+    pub requires: Vec<String>,
+    /// Verdict and numbers on this claim's own data, before `requires`
+    /// (what a reproduction joins runs on).
+    #[serde(skip)]
+    pub own: (Verdict, String),
+}
+
+impl ClaimResult {
+    /// "io-uring/read at x=1: 1.02 [0.98–1.06] against in [0.9, 1.1]".
+    pub fn interval_text(&self) -> Option<String> {
+        let (q, e, b) = (
+            self.quantity.as_ref()?,
+            self.estimate?,
+            self.bound.as_ref()?,
+        );
+        let iv = match (self.lo, self.hi) {
+            (Some(l), Some(h)) => format!(" [{}–{}]", fmt_num(l), fmt_num(h)),
+            _ => " (no interval)".to_string(),
+        };
+        Some(format!("{q}: {}{iv} against {b}", fmt_num(e)))
+    }
 }
 
 fn used(s: &Series, p: &SeriesPoint) -> Used {
@@ -87,12 +128,119 @@ struct Ctx<'a> {
     unit: &'a str,
 }
 
-/// Per-series outcome: None = not measurable for this series.
+/// A claim's quantity with its interval, and what that says.
+#[derive(Debug, Clone)]
+struct Decided {
+    /// Holds, DoesNotHold or Undecided.
+    verdict: Verdict,
+    quantity: String,
+    estimate: f64,
+    interval: Option<(f64, f64)>,
+    bounds: Bounds,
+    n: usize,
+    needed: Option<usize>,
+    /// Why it is undecided, in words.
+    note: Option<String>,
+}
+
+/// Relative distance under which an estimate counts as on its bound.
+const ON_BOUND: f64 = 1e-9;
+
+/// Holds when the whole interval is inside `bounds`, does not hold when
+/// the whole interval is outside, undecided otherwise or with no interval.
+fn judge(
+    quantity: String,
+    estimate: f64,
+    interval: Option<(f64, f64)>,
+    bounds: Bounds,
+    n: usize,
+) -> Decided {
+    let mut d = Decided {
+        verdict: Verdict::Undecided,
+        quantity,
+        estimate,
+        interval: None,
+        bounds,
+        n,
+        needed: None,
+        note: None,
+    };
+    let Some((lo, hi)) = interval else {
+        d.note = Some("one repetition: no interval".into());
+        return d;
+    };
+    // Like a point's, the interval brackets its estimate.
+    let (lo, hi) = (lo.min(estimate), hi.max(estimate));
+    d.interval = Some((lo, hi));
+    let outside = bounds.min().is_some_and(|m| hi < m) || bounds.max().is_some_and(|m| lo > m);
+    let inside = bounds.min().is_none_or(|m| lo >= m) && bounds.max().is_none_or(|m| hi <= m);
+    if outside {
+        d.verdict = Verdict::DoesNotHold;
+    } else if inside {
+        d.verdict = Verdict::Holds;
+    } else {
+        let (dist, bound) = [bounds.min(), bounds.max()]
+            .into_iter()
+            .flatten()
+            .map(|b| ((estimate - b).abs(), b))
+            .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a });
+        let half = (hi - lo) / 2.0;
+        let scale = estimate.abs().max(bound.abs()).max(f64::MIN_POSITIVE);
+        // The half-width shrinks as 1/sqrt(n): it fits beside the bound
+        // at about n·(h/d)² repetitions.
+        let needed = (n.max(1) as f64 * (half / dist).powi(2)).ceil();
+        if dist <= ON_BOUND * scale || !needed.is_finite() || needed > 1e9 {
+            d.note = Some(format!(
+                "the estimate sits on the bound {}: more repetitions alone will not decide it",
+                fmt_num(bound)
+            ));
+        } else {
+            let needed = (needed as usize).max(n + 1);
+            d.needed = Some(needed);
+            d.note = Some(format!(
+                "about {needed} repetitions would decide it ({n} now)"
+            ));
+        }
+    }
+    d
+}
+
+/// How strongly a part decides the claim: the claim reports the part that
+/// sets its verdict (the first that does not hold, else the undecided one
+/// needing the most repetitions, else the holding one nearest its bound).
+fn rank(d: &Decided) -> (u8, f64) {
+    match d.verdict {
+        Verdict::DoesNotHold => (0, 0.0),
+        Verdict::Undecided => (1, -(d.needed.map_or(f64::INFINITY, |n| n as f64))),
+        _ => {
+            let margin = d.interval.map_or(f64::INFINITY, |(lo, hi)| {
+                let a = d.bounds.min().map_or(f64::INFINITY, |m| lo - m);
+                let b = d.bounds.max().map_or(f64::INFINITY, |m| m - hi);
+                a.min(b)
+            });
+            (2, margin)
+        }
+    }
+}
+
+/// Per-series outcome: `decided` None = not measurable for this series.
 struct Part {
     series: String,
-    ok: Option<bool>,
+    decided: Option<Decided>,
     words: String,
     values: Vec<Used>,
+}
+
+fn spread(p: &SeriesPoint) -> Option<Spread<'_>> {
+    Spread::of(&p.reps, &p.est)
+}
+
+/// "a [lo–hi]" of an interval.
+fn show_interval(v: f64, iv: Option<(f64, f64)>) -> String {
+    match iv {
+        Some((l, h)) => format!("{} [{}–{}]", fmt_num(v), fmt_num(l), fmt_num(h)),
+        None => fmt_num(v),
+    }
 }
 
 impl Ctx<'_> {
@@ -158,7 +306,7 @@ impl Ctx<'_> {
         let pts = self.points(s);
         let mut part = Part {
             series: s.key.clone(),
-            ok: None,
+            decided: None,
             words: String::new(),
             values: pts.iter().map(|p| used(s, p)).collect(),
         };
@@ -167,6 +315,13 @@ impl Ctx<'_> {
         } else {
             format!("{}: ", s.label)
         };
+        // Names the quantity in the claim's interval line.
+        let of = if s.key.is_empty() {
+            String::new()
+        } else {
+            format!(" of {}", s.key)
+        };
+        let fewest = pts.iter().map(|p| p.est.n).min().unwrap_or(0);
         match &self.claim.check {
             ClaimCheck::MaxLe { value: limit } | ClaimCheck::MinGe { value: limit } => {
                 let limit = *limit;
@@ -183,18 +338,44 @@ impl Ctx<'_> {
                     part.words = format!("{name}no points");
                     return part;
                 };
-                part.ok = Some(if max {
-                    p.est.value <= limit
-                } else {
-                    p.est.value >= limit
+                // Every point is below the limit exactly when the highest
+                // top end is, and one is clearly above exactly when the
+                // highest bottom end is: the interval of the maximum is
+                // (max of the bottoms, max of the tops); likewise for min.
+                let ends: Option<Vec<(f64, f64)>> =
+                    pts.iter().map(|p| Some((p.est.lo?, p.est.hi?))).collect();
+                let interval = ends.map(|e| {
+                    let (lo, hi): (Vec<f64>, Vec<f64>) = e.into_iter().unzip();
+                    if max {
+                        (
+                            lo.into_iter().fold(f64::NEG_INFINITY, f64::max),
+                            hi.into_iter().fold(f64::NEG_INFINITY, f64::max),
+                        )
+                    } else {
+                        (
+                            lo.into_iter().fold(f64::INFINITY, f64::min),
+                            hi.into_iter().fold(f64::INFINITY, f64::min),
+                        )
+                    }
                 });
+                let (what, bounds) = if max {
+                    ("largest value", Bounds::Max(limit))
+                } else {
+                    ("smallest value", Bounds::Min(limit))
+                };
+                part.decided = Some(judge(
+                    format!("{what}{of}"),
+                    p.est.value,
+                    interval,
+                    bounds,
+                    fewest,
+                ));
                 part.words = format!(
                     "{name}{} {} at x={}",
                     if max { "max" } else { "min" },
                     show(p, self.unit),
                     p.x.label()
                 );
-                part.values = vec![used(s, p)];
             }
             ClaimCheck::Monotonic {
                 direction,
@@ -207,28 +388,77 @@ impl Ctx<'_> {
                     return part;
                 }
                 let up = *direction == Direction::Increasing;
-                let mut broken = None;
-                for w in pts.windows(2) {
-                    let (a, b) = (w[0].est.value, w[1].est.value);
-                    let slack = tolerance * a.abs();
-                    let ok = if up { b >= a - slack } else { b <= a + slack };
-                    if !ok && broken.is_none() {
-                        broken = Some((w[0], w[1]));
-                    }
+                let tol = *tolerance;
+                // A step's move in the claimed direction plus the slack:
+                // the claim wants it ≥ 0 at every step.
+                let step = move |a: f64, b: f64| {
+                    let slack = tol * a.abs();
+                    if up { b - a + slack } else { a - b + slack }
+                };
+                struct Step<'p> {
+                    a: &'p SeriesPoint,
+                    b: &'p SeriesPoint,
+                    est: f64,
+                    iv: Option<(f64, f64)>,
                 }
-                part.ok = Some(broken.is_none());
+                let steps: Vec<Step<'_>> = pts
+                    .windows(2)
+                    .map(|w| {
+                        let est = step(w[0].est.value, w[1].est.value);
+                        let iv = match (spread(w[0]), spread(w[1])) {
+                            (Some(a), Some(b)) => {
+                                stats::joint_interval(&[a, b], |m| Some(step(m[0], m[1])))
+                                    .map(|(l, h)| (l.min(est), h.max(est)))
+                            }
+                            _ => None,
+                        };
+                        Step {
+                            a: w[0],
+                            b: w[1],
+                            est,
+                            iv,
+                        }
+                    })
+                    .collect();
+                let est = steps.iter().map(|s| s.est).fold(f64::INFINITY, f64::min);
+                // Every step holds ⇔ the lowest bottom end is ≥ 0; some step
+                // clearly fails ⇔ the lowest top end is < 0.
+                let ivs: Option<Vec<(f64, f64)>> = steps.iter().map(|s| s.iv).collect();
+                let interval = ivs.map(|v| {
+                    v.iter().fold((f64::INFINITY, f64::INFINITY), |acc, iv| {
+                        (acc.0.min(iv.0), acc.1.min(iv.1))
+                    })
+                });
+                let what = if up { "smallest rise" } else { "smallest fall" };
+                let with_tol = if tol > 0.0 { " (with tolerance)" } else { "" };
+                part.decided = Some(judge(
+                    format!("{what}{with_tol} between neighbouring x{of}"),
+                    est,
+                    interval,
+                    Bounds::Min(0.0),
+                    fewest,
+                ));
                 let trace: Vec<String> = pts
                     .iter()
                     .map(|p| format!("{}→{}", p.x.label(), fmt_num(p.est.value)))
                     .collect();
                 part.words = format!("{name}{}", trace.join(", "));
-                if let Some((a, b)) = broken {
+                // The weakest step: broken on the medians, or the one whose
+                // interval reaches furthest below 0.
+                let weakest = steps.iter().min_by(|x, y| {
+                    let k = |s: &Step<'_>| s.iv.map_or(s.est, |iv| iv.0);
+                    k(x).total_cmp(&k(y))
+                });
+                if let Some(w) = weakest
+                    && w.iv.map_or(w.est, |iv| iv.0) < 0.0
+                {
                     part.words.push_str(&format!(
-                        " ({} → {} from x={} to x={})",
-                        fmt_num(a.est.value),
-                        fmt_num(b.est.value),
-                        a.x.label(),
-                        b.x.label()
+                        " ({} → {} from x={} to x={}: step {})",
+                        fmt_num(w.a.est.value),
+                        fmt_num(w.b.est.value),
+                        w.a.x.label(),
+                        w.b.x.label(),
+                        show_interval(w.est, w.iv)
                     ));
                 }
             }
@@ -237,7 +467,14 @@ impl Ctx<'_> {
                     part.words = format!("{name}{}", self.missing_place(&v.place, &[s]));
                     return part;
                 };
-                part.ok = Some(in_bounds(v.bounds, p.est.value));
+                let interval = p.est.lo.zip(p.est.hi);
+                part.decided = Some(judge(
+                    format!("value{of} at x={}", p.x.label()),
+                    p.est.value,
+                    interval,
+                    v.bounds,
+                    p.est.n,
+                ));
                 part.words = format!("{name}{} at x={}", show(p, self.unit), p.x.label());
                 part.values = vec![used(s, p)];
             }
@@ -253,10 +490,21 @@ impl Ctx<'_> {
                     part.words = format!("{name}no fit (one distinct x)");
                     return part;
                 };
-                part.ok = Some(fit.r2 >= *r2_min);
-                part.words = format!(
-                    "{name}R² = {:.4} over {} points (slope {})",
+                // Repetitions resampled at every x, the line refitted.
+                let spreads: Option<Vec<Spread<'_>>> = pts.iter().map(|&p| spread(p)).collect();
+                let interval = spreads.and_then(|sp| {
+                    stats::joint_interval(&sp, |m| stats::linear_fit(&xs, m).map(|f| f.r2))
+                });
+                part.decided = Some(judge(
+                    format!("R² of a line{of}"),
                     fit.r2,
+                    interval,
+                    Bounds::Min(*r2_min),
+                    fewest,
+                ));
+                part.words = format!(
+                    "{name}R² = {} over {} points (slope {})",
+                    show_interval(fit.r2, part.decided.as_ref().and_then(|d| d.interval)),
                     pts.len(),
                     fmt_num(fit.slope)
                 );
@@ -266,10 +514,6 @@ impl Ctx<'_> {
         }
         part
     }
-}
-
-fn in_bounds(b: Bounds, v: f64) -> bool {
-    b.min().is_none_or(|m| v >= m) && b.max().is_none_or(|m| v <= m)
 }
 
 fn bounds_text(b: Bounds) -> String {
@@ -295,7 +539,14 @@ fn missing(data: &PanelData, key: &str) -> String {
     }
 }
 
-fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> (Verdict, String, Vec<Used>) {
+/// What `decide` found: verdict, numbers, values, and the quantity.
+type Outcome = (Verdict, String, Vec<Used>, Option<Decided>);
+
+fn not_measurable(why: String) -> Outcome {
+    (Verdict::NotMeasurable, why, Vec::new(), None)
+}
+
+fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> Outcome {
     let (num_key, den_key) = (&r.numerator, &r.denominator);
     let (Some(num), Some(den)) = (ctx.data.series(num_key), ctx.data.series(den_key)) else {
         let why: Vec<String> = [num_key, den_key]
@@ -303,7 +554,7 @@ fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> (Verdict, String, Vec<Used>) {
             .filter(|k| ctx.data.series(k).is_none())
             .map(|k| missing(ctx.data, k))
             .collect();
-        return (Verdict::NotMeasurable, why.join("; "), Vec::new());
+        return not_measurable(why.join("; "));
     };
     let (Some(n), Some(d)) = (
         ctx.at(&r.place, num, Some(den)),
@@ -318,37 +569,47 @@ fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> (Verdict, String, Vec<Used>) {
                 format!("{num_key} and {den_key} have no point at the claim's x in common")
             }
         };
-        return (Verdict::NotMeasurable, why, Vec::new());
+        return not_measurable(why);
     };
     if n.x != d.x || d.est.value == 0.0 {
-        return (
-            Verdict::NotMeasurable,
-            format!("{num_key} and {den_key} have no comparable point"),
-            Vec::new(),
-        );
+        return not_measurable(format!("{num_key} and {den_key} have no comparable point"));
     }
     let ratio = n.est.value / d.est.value;
-    let ok = in_bounds(r.bounds, ratio);
+    let interval = match (spread(n), spread(d)) {
+        (Some(a), Some(b)) => {
+            stats::joint_interval(&[a, b], |m| (m[1] != 0.0).then_some(m[0] / m[1]))
+        }
+        _ => None,
+    };
+    let paired = if stats::same_ids(&n.reps, &d.reps) {
+        "paired by repetition"
+    } else {
+        "repetitions resampled independently"
+    };
+    let decided = judge(
+        format!("{num_key}/{den_key} at x={}", n.x.label()),
+        ratio,
+        interval,
+        r.bounds,
+        n.est.n.min(d.est.n),
+    );
     let words = format!(
-        "{num_key}/{den_key} at x={} = {} / {} = {} (claim: {})",
+        "{num_key}/{den_key} at x={} = {} / {} = {} ({paired}) (claim: {})",
         n.x.label(),
         show(n, ctx.unit),
         show(d, ctx.unit),
-        fmt_num(ratio),
+        show_interval(ratio, decided.interval),
         bounds_text(r.bounds)
     );
     (
-        if ok {
-            Verdict::Holds
-        } else {
-            Verdict::DoesNotHold
-        },
+        decided.verdict,
         words,
         vec![used(num, n), used(den, d)],
+        Some(decided),
     )
 }
 
-fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
+fn decide(ctx: &Ctx<'_>) -> Outcome {
     if let ClaimCheck::RatioAt(r) = &ctx.claim.check {
         return ratio_claim(ctx, r);
     }
@@ -380,7 +641,7 @@ fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
         } else {
             missing_words.join("; ")
         };
-        return (Verdict::NotMeasurable, why, Vec::new());
+        return not_measurable(why);
     }
     let parts: Vec<Part> = chosen.iter().map(|s| ctx.part(s)).collect();
     let mut words: Vec<String> = parts.iter().map(|p| p.words.clone()).collect();
@@ -409,25 +670,40 @@ fn decide(ctx: &Ctx<'_>) -> (Verdict, String, Vec<Used>) {
         ClaimCheck::RatioAt(_) => String::new(),
     };
     let values = parts.iter().flat_map(|p| p.values.clone()).collect();
-    let measured: Vec<bool> = parts.iter().filter_map(|p| p.ok).collect();
+    let measured: Vec<&Decided> = parts.iter().filter_map(|p| p.decided.as_ref()).collect();
     let all_measured = measured.len() == parts.len() && missing_words.is_empty();
+    // The part that sets the verdict; ties go to the first.
+    let deciding = measured
+        .iter()
+        .copied()
+        .reduce(|a, b| {
+            let (ra, rb) = (rank(a), rank(b));
+            if rb.0 < ra.0 || (rb.0 == ra.0 && rb.1 < ra.1) {
+                b
+            } else {
+                a
+            }
+        })
+        .cloned();
     let verdict = if measured.is_empty() || (explicit && !all_measured) {
         Verdict::NotMeasurable
-    } else if measured.iter().all(|ok| *ok) {
-        Verdict::Holds
     } else {
-        Verdict::DoesNotHold
+        deciding
+            .as_ref()
+            .map_or(Verdict::NotMeasurable, |d| d.verdict)
     };
     let unmeasured: Vec<&str> = parts
         .iter()
-        .filter(|p| p.ok.is_none())
+        .filter(|p| p.decided.is_none())
         .map(|p| p.series.as_str())
         .collect();
     let mut text = words.join("; ");
     if !explicit && !unmeasured.is_empty() && verdict != Verdict::NotMeasurable {
         text.push_str(&format!(" [not used: {}]", unmeasured.join(", ")));
     }
-    (verdict, format!("{text}{limit}"), values)
+    // A named series missing: what was measured is not the claim's quantity.
+    let deciding = deciding.filter(|_| verdict != Verdict::NotMeasurable);
+    (verdict, format!("{text}{limit}"), values, deciding)
 }
 
 /// Every claim of a figure against its panels' data. A claim whose
@@ -438,30 +714,20 @@ pub fn evaluate(def: &FigureDef, panels: &[(String, PanelData)]) -> Vec<ClaimRes
         let panel = def.panel(c.panel.as_deref());
         let name = panel.map(|p| p.name.clone()).unwrap_or_default();
         let data = panels.iter().find(|(n, _)| *n == name).map(|(_, d)| d);
-        let (mut verdict, mut numbers, values) = match (panel, data) {
+        let (verdict, mut numbers, values, decided) = match (panel, data) {
             (Some(p), Some(data)) => decide(&Ctx {
                 claim: c,
                 data,
                 unit: &p.y.unit,
             }),
-            _ => (Verdict::NotMeasurable, "no such panel".into(), Vec::new()),
+            _ => not_measurable("no such panel".into()),
         };
-        let unmet: Vec<String> = c
-            .requires
-            .iter()
-            .filter_map(|id| {
-                let r = results.iter().find(|r| &r.id == id);
-                match r {
-                    Some(r) if r.verdict == Verdict::Holds => None,
-                    Some(r) => Some(format!("{id} {}", r.verdict.text())),
-                    None => Some(format!("{id} was not checked")),
-                }
-            })
-            .collect();
-        if !unmet.is_empty() {
-            verdict = Verdict::NotMeasurable;
-            numbers = format!("rests on {}; measured anyway: {numbers}", unmet.join(", "));
+        if verdict == Verdict::Undecided
+            && let Some(note) = decided.as_ref().and_then(|d| d.note.as_ref())
+        {
+            numbers.push_str(&format!("; undecided: {note}"));
         }
+        let d = decided.as_ref();
         results.push(ClaimResult {
             figure: def.id.clone(),
             id: c.id.clone(),
@@ -469,19 +735,81 @@ pub fn evaluate(def: &FigureDef, panels: &[(String, PanelData)]) -> Vec<ClaimRes
             kind: c.check.kind(),
             panel: name,
             verdict,
-            numbers,
+            numbers: numbers.clone(),
             values,
+            quantity: d.map(|d| d.quantity.clone()),
+            estimate: d.map(|d| d.estimate),
+            lo: d.and_then(|d| d.interval).map(|i| i.0),
+            hi: d.and_then(|d| d.interval).map(|i| i.1),
+            bound: d.map(|d| bounds_text(d.bounds)),
+            repetitions: d.map(|d| d.n),
+            repetitions_needed: d.and_then(|d| d.needed),
+            requires: c.requires.clone(),
+            own: (verdict, numbers),
         });
     }
+    apply_requires(&mut results);
     results
 }
 
+/// Sets each claim's verdict from its own and from the earlier claims of
+/// its figure that it requires: unless each of them holds (an undecided
+/// one included), it is not measurable, and says which one and why.
+pub fn apply_requires(results: &mut [ClaimResult]) {
+    for i in 0..results.len() {
+        let (before, rest) = results.split_at_mut(i);
+        let r = &mut rest[0];
+        let unmet: Vec<String> = r
+            .requires
+            .iter()
+            .filter_map(
+                |id| match before.iter().find(|b| b.figure == r.figure && &b.id == id) {
+                    Some(b) if b.verdict == Verdict::Holds => None,
+                    Some(b) => Some(format!("{id} {}", b.verdict.text())),
+                    None => Some(format!("{id} was not checked")),
+                },
+            )
+            .collect();
+        let (verdict, numbers) = r.own.clone();
+        if unmet.is_empty() {
+            r.verdict = verdict;
+            r.numbers = numbers;
+        } else {
+            r.verdict = Verdict::NotMeasurable;
+            r.numbers = format!("rests on {}; measured anyway: {numbers}", unmet.join(", "));
+        }
+    }
+}
+
+/// "N claims: a hold, b do not hold, c undecided at this noise, d not
+/// measurable here".
+pub fn count_line<'a>(claims: impl IntoIterator<Item = &'a ClaimResult>) -> String {
+    let mut n = [0usize; 4];
+    let mut total = 0;
+    for c in claims {
+        total += 1;
+        n[match c.verdict {
+            Verdict::Holds => 0,
+            Verdict::DoesNotHold => 1,
+            Verdict::Undecided => 2,
+            Verdict::NotMeasurable => 3,
+        }] += 1;
+    }
+    format!(
+        "{total} claims: {} hold, {} do not hold, {} undecided at this noise, {} not measurable here",
+        n[0], n[1], n[2], n[3]
+    )
+}
+
 /// A plain-text table for the terminal; rows are (run label, claim), and
-/// the run column shows only when some label is non-empty.
+/// the run column shows only when some label is non-empty. Under each
+/// claim: its estimate and interval against the bound, then its numbers.
 pub fn table(rows: &[(&str, &ClaimResult)]) -> String {
     let width = |f: &dyn Fn(&(&str, &ClaimResult)) -> usize| rows.iter().map(f).max().unwrap_or(0);
     let wr = width(&|r| r.0.chars().count());
     let wf = width(&|r| r.1.figure.chars().count()).max(6);
+    // "undecided at this noise"
+    let wv = 23;
     let run_col = |label: &str| {
         if wr == 0 {
             String::new()
@@ -490,34 +818,282 @@ pub fn table(rows: &[(&str, &ClaimResult)]) -> String {
         }
     };
     let mut s = format!(
-        "{:<19} {}{:<wf$} claim\n",
+        "{:<wv$} {}{:<wf$} claim\n",
         "verdict",
         run_col("run"),
         "figure"
     );
     for (run, r) in rows {
         s.push_str(&format!(
-            "{:<19} {}{:<wf$} {}\n",
+            "{:<wv$} {}{:<wf$} {}\n",
             r.verdict.text(),
             run_col(run),
             r.figure,
             r.text
         ));
+        if let Some(iv) = r.interval_text() {
+            s.push_str(&format!("{:<wv$} {}{:<wf$}   {iv}\n", "", run_col(""), ""));
+        }
         s.push_str(&format!(
-            "{:<19} {}{:<wf$}   {}\n",
+            "{:<wv$} {}{:<wf$}   {}\n",
             "",
             run_col(""),
             "",
             r.numbers
         ));
     }
-    let count = |v: Verdict| rows.iter().filter(|r| r.1.verdict == v).count();
-    s.push_str(&format!(
-        "{} claims: {} hold, {} do not hold, {} not measurable here\n",
-        rows.len(),
-        count(Verdict::Holds),
-        count(Verdict::DoesNotHold),
-        count(Verdict::NotMeasurable)
-    ));
+    s.push_str(&count_line(rows.iter().map(|r| r.1)));
+    s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::extract::XKey;
+    use super::super::stats::Rep;
+    use super::*;
+
+    /// A point at x measured as job `job` (its repetitions' ids).
+    fn point(x: f64, job: u32, v: &[f64]) -> SeriesPoint {
+        SeriesPoint {
+            x: XKey::Num(x),
+            est: stats::estimate(v, None).unwrap(),
+            reps: (0u32..)
+                .zip(v)
+                .map(|(r, &value)| Rep {
+                    id: Some((job, r)),
+                    value,
+                })
+                .collect(),
+        }
+    }
+
+    fn series(key: &str, points: Vec<SeriesPoint>) -> Series {
+        Series {
+            key: key.into(),
+            base: key.into(),
+            label: key.into(),
+            points,
+        }
+    }
+
+    fn data(series: Vec<Series>) -> PanelData {
+        PanelData {
+            series,
+            absent: Vec::new(),
+            failed: Vec::new(),
+            gaps: Vec::new(),
+            categories: None,
+            notes: Vec::new(),
+            unavailable: None,
+        }
+    }
+
+    fn figure(claims: &str) -> FigureDef {
+        toml::from_str(&format!(
+            r#"
+id = "t"
+title = "T"
+family = "testbed"
+[[panels]]
+name = "p"
+x = {{ column = "param_depth", label = "depth" }}
+y = {{ metric = "lookups_per_s", kind = "summary", label = "throughput", unit = "ops/s" }}
+{claims}"#
+        ))
+        .unwrap()
+    }
+
+    const RATIO: &str = r#"
+[[claims]]
+id = "r"
+text = "hook at least 0.95 of read"
+kind = "ratio_at"
+numerator = "hook"
+denominator = "read"
+x = 1
+min = 0.95
+"#;
+
+    /// hook/read at x=1, the two measured in separate jobs (unpaired).
+    fn ratio(hook: &[f64]) -> ClaimResult {
+        let d = data(vec![
+            series("hook", vec![point(1.0, 0, hook)]),
+            series("read", vec![point(1.0, 1, &[100.0; 5])]),
+        ]);
+        evaluate(&figure(RATIO), &[("p".into(), d)]).remove(0)
+    }
+
+    #[test]
+    fn a_ratio_whose_interval_straddles_the_bound_is_undecided_with_a_repetitions_estimate() {
+        let c = ratio(&[80.0, 90.0, 100.0, 110.0, 120.0]);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+        let (lo, hi) = (c.lo.unwrap(), c.hi.unwrap());
+        assert!(lo < 0.95 && hi > 1.0, "{lo} {hi}");
+        assert_eq!(c.estimate, Some(1.0));
+        // Half-width 0.2 at 0.05 from the bound, on 5 repetitions: about
+        // 5·(0.2/0.05)² = 80.
+        let need = c.repetitions_needed.unwrap();
+        assert!((60..=100).contains(&need), "{need}");
+        assert!(
+            c.numbers.ends_with(&format!(
+                "; undecided: about {need} repetitions would decide it (5 now)"
+            )),
+            "{}",
+            c.numbers
+        );
+        let line = c.interval_text().unwrap();
+        assert!(
+            line.starts_with("hook/read at x=1: 1 [") && line.ends_with("] against ≥ 0.95"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_same_ratio_with_a_tight_spread_holds_and_a_clearly_low_one_does_not() {
+        let c = ratio(&[99.0, 99.5, 100.0, 100.5, 101.0]);
+        assert_eq!(c.verdict, Verdict::Holds, "{}", c.numbers);
+        assert!(c.lo.unwrap() >= 0.95 && c.repetitions_needed.is_none());
+        let c = ratio(&[80.0, 82.0, 84.0, 86.0, 88.0]);
+        assert_eq!(c.verdict, Verdict::DoesNotHold, "{}", c.numbers);
+        assert!(c.hi.unwrap() < 0.95, "{:?}", c.hi);
+    }
+
+    #[test]
+    fn a_ratio_measured_repetition_by_repetition_is_paired() {
+        // Each repetition's hook is exactly read: the ratio is 1 whatever
+        // the spread between repetitions.
+        let v = [60.0, 80.0, 100.0, 120.0, 140.0];
+        let paired = data(vec![
+            series("hook", vec![point(1.0, 0, &v)]),
+            series("read", vec![point(1.0, 0, &v)]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), paired)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Holds, "{}", c.numbers);
+        assert_eq!((c.lo, c.hi), (Some(1.0), Some(1.0)));
+        assert!(c.numbers.contains("paired by repetition"), "{}", c.numbers);
+        // The same values from two separate jobs: nothing to pair.
+        let apart = data(vec![
+            series("hook", vec![point(1.0, 0, &v)]),
+            series("read", vec![point(1.0, 1, &v)]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), apart)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+    }
+
+    const FALLS: &str = r#"
+[[claims]]
+id = "m"
+text = "read falls with depth"
+kind = "monotonic"
+direction = "decreasing"
+series = ["read"]
+"#;
+
+    fn falls(third: &[f64]) -> ClaimResult {
+        let d = data(vec![series(
+            "read",
+            vec![
+                point(1.0, 0, &[99.0, 100.0, 101.0]),
+                point(2.0, 1, &[49.0, 50.0, 51.0]),
+                point(3.0, 2, third),
+                point(4.0, 3, &[19.0, 20.0, 21.0]),
+            ],
+        )]);
+        evaluate(&figure(FALLS), &[("p".into(), d)]).remove(0)
+    }
+
+    #[test]
+    fn monotonic_with_one_noisy_step_is_undecided() {
+        // Depth 3's repetitions straddle depth 2's value.
+        let c = falls(&[25.0, 35.0, 45.0, 55.0, 65.0]);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+        assert!(
+            c.lo.unwrap() < 0.0 && c.hi.unwrap() > 0.0,
+            "{:?}",
+            (c.lo, c.hi)
+        );
+        assert!(c.numbers.contains("from x=2 to x=3"), "{}", c.numbers);
+        assert!(c.repetitions_needed.is_some(), "{}", c.numbers);
+        // Tight there, it holds; clearly rising there, it does not.
+        assert_eq!(falls(&[44.0, 45.0, 46.0]).verdict, Verdict::Holds);
+        assert_eq!(falls(&[70.0, 71.0, 72.0]).verdict, Verdict::DoesNotHold);
+    }
+
+    #[test]
+    fn one_repetition_with_no_interval_is_never_decided_on_its_value() {
+        let d = data(vec![
+            series("hook", vec![point(1.0, 0, &[50.0])]),
+            series("read", vec![point(1.0, 1, &[100.0])]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), d)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+        assert!(
+            c.numbers
+                .ends_with("; undecided: one repetition: no interval"),
+            "{}",
+            c.numbers
+        );
+        assert_eq!((c.lo, c.hi, c.repetitions_needed), (None, None, None));
+    }
+
+    #[test]
+    fn the_same_input_gives_the_same_result() {
+        let claims = format!(
+            "{RATIO}{FALLS}{}",
+            r#"
+[[claims]]
+id = "l"
+text = "linear"
+kind = "linear_in_x"
+series = ["read"]
+r2_min = 0.9
+[[claims]]
+id = "x"
+text = "max"
+kind = "max_le"
+value = 100
+"#
+        );
+        let run = || {
+            let d = data(vec![
+                series(
+                    "hook",
+                    vec![
+                        point(1.0, 0, &[80.0, 90.0, 100.0, 110.0]),
+                        point(2.0, 2, &[70.0, 71.0, 75.0]),
+                    ],
+                ),
+                series(
+                    "read",
+                    vec![
+                        point(1.0, 1, &[95.0, 100.0, 102.0]),
+                        point(2.0, 3, &[50.0, 60.0, 55.0]),
+                        point(3.0, 4, &[30.0, 45.0, 20.0]),
+                    ],
+                ),
+            ]);
+            let r = evaluate(&figure(&claims), &[("p".into(), d)]);
+            serde_json::to_string(&r).unwrap()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        assert!(a.contains("\"lo\":") && a.contains("\"repetitions_needed\":"));
+    }
+
+    #[test]
+    fn the_count_line_names_undecided_claims() {
+        let c = ratio(&[80.0, 90.0, 100.0, 110.0, 120.0]);
+        let t = table(&[("", &c)]);
+        assert!(
+            t.ends_with(
+                "1 claims: 0 hold, 0 do not hold, 1 undecided at this noise, 0 not measurable here\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("undecided at this noise") && t.contains("against ≥ 0.95"),
+            "{t}"
+        );
+    }
 }

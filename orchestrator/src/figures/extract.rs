@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::data::{self, Cell, Failed, RunData};
 use super::def::{MetricKind, Panel};
 use super::error::FigureError;
-use super::stats::{self, Estimate};
+use super::stats::{self, Estimate, Rep};
 
 /// A position on the x axis: a number, or a category with its rank.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -79,6 +79,9 @@ pub struct SeriesPoint {
     pub x: XKey,
     #[serde(flatten)]
     pub est: Estimate,
+    /// The values the median is over (scaled like it; for ratio panels the
+    /// paired per-repetition ratios), what claims resample.
+    pub reps: Vec<Rep>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -247,29 +250,43 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
     }
 
     let mut series: BTreeMap<String, Series> = BTreeMap::new();
-    let mut push = |key: String, base: &str, label: String, x: XKey, est: Estimate| {
-        series
-            .entry(key.clone())
-            .or_insert_with(|| Series {
-                key,
-                base: base.to_string(),
-                label,
-                points: Vec::new(),
-            })
-            .points
-            .push(SeriesPoint {
-                x,
-                est: est.scaled(panel.y.scale),
-            });
-    };
+    let mut push =
+        |key: String, base: &str, label: String, x: XKey, est: Estimate, reps: &[Rep]| {
+            series
+                .entry(key.clone())
+                .or_insert_with(|| Series {
+                    key,
+                    base: base.to_string(),
+                    label,
+                    points: Vec::new(),
+                })
+                .points
+                .push(SeriesPoint {
+                    x,
+                    est: est.scaled(panel.y.scale),
+                    reps: reps
+                        .iter()
+                        .map(|r| Rep {
+                            value: r.value * panel.y.scale,
+                            ..*r
+                        })
+                        .collect(),
+                });
+        };
     let mut absent = Vec::new();
     match &panel.ratio {
         None => {
             for ((base, _, x), units) in &groups {
-                let per_rep: Vec<f64> = units
-                    .values()
-                    .filter_map(|v| unit_value(panel, v))
+                let reps: Vec<Rep> = units
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        Some(Rep {
+                            id: Some(*k),
+                            value: unit_value(panel, v)?,
+                        })
+                    })
                     .collect();
+                let per_rep: Vec<f64> = reps.iter().map(|r| r.value).collect();
                 let raw = (panel.y.kind == MetricKind::Raw && units.len() == 1)
                     .then(|| units.values().next().map(|v| (v.as_slice(), panel.y.stat)))
                     .flatten();
@@ -280,6 +297,7 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                         series_label(panel, base),
                         x.clone(),
                         est,
+                        &reps,
                     );
                 }
             }
@@ -299,7 +317,8 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                     let Some(nu) = groups.get(&(base.clone(), Some(num.clone()), x.clone())) else {
                         continue;
                     };
-                    let ratios = paired_ratios(panel, nu, den);
+                    let reps = paired_ratios(panel, nu, den);
+                    let ratios: Vec<f64> = reps.iter().map(|r| r.value).collect();
                     if let Some(est) = stats::estimate(&ratios, None) {
                         let label = if base.is_empty() {
                             format!("{num}/{}", ratio.denominator)
@@ -312,6 +331,7 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                             label,
                             x.clone(),
                             est,
+                            &reps,
                         );
                     }
                 }
@@ -388,8 +408,9 @@ pub fn unavailable_reason(run: &RunData, metric: &str) -> Option<String> {
 }
 
 /// numerator / denominator per repetition: the same (point, rep) when the
-/// engines ran interleaved in one job, else in order of repetition.
-fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<f64> {
+/// engines ran interleaved in one job (keeping that id), else in order of
+/// repetition (no id: the pair is not one repetition of anything).
+fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<Rep> {
     let mut out = Vec::new();
     let mut leftover_num = Vec::new();
     let mut used = BTreeSet::new();
@@ -397,7 +418,10 @@ fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<f64> {
         match den.get(k) {
             Some(d) => {
                 used.insert(*k);
-                out.extend(ratio(panel, v, d));
+                out.extend(ratio(panel, v, d).map(|value| Rep {
+                    id: Some(*k),
+                    value,
+                }));
             }
             None => leftover_num.push(v),
         }
@@ -407,7 +431,7 @@ fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<f64> {
         .filter(|(k, _)| !used.contains(*k))
         .map(|(_, v)| v);
     for (n, d) in leftover_num.into_iter().zip(leftover_den) {
-        out.extend(ratio(panel, n, d));
+        out.extend(ratio(panel, n, d).map(|value| Rep { id: None, value }));
     }
     out
 }

@@ -19,7 +19,7 @@ h1{font-size:24px}h2{font-size:20px;border-bottom:1px solid #ccc;padding-bottom:
 figure{margin:18px 0 30px 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
 figcaption{font-size:13px;color:#333}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 7px;vertical-align:top;text-align:left}
-th{background:#f3f3f3}.v-holds{background:#dcf2dc}.v-does-not-hold{background:#f8d7d7}.v-not-measurable{background:#eee;color:#555}
+th{background:#f3f3f3}.v-holds{background:#dcf2dc}.v-does-not-hold{background:#f8d7d7}.v-undecided{background:#fbf0c9}.v-not-measurable{background:#eee;color:#555}
 .notes li{font-size:13px}pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto;white-space:pre-wrap}
 .small{font-size:12px;color:#555}
 ";
@@ -55,6 +55,7 @@ fn verdict_class(v: Verdict) -> &'static str {
     match v {
         Verdict::Holds => "v-holds",
         Verdict::DoesNotHold => "v-does-not-hold",
+        Verdict::Undecided => "v-undecided",
         Verdict::NotMeasurable => "v-not-measurable",
     }
 }
@@ -78,7 +79,7 @@ pub fn claims_table(rows: &[ClaimRow<'_>]) -> String {
         s.push_str("<th>run</th>");
     }
     s.push_str(
-        "<th>verdict</th><th>figure</th><th>claim</th><th>numbers it was decided on</th></tr>\n",
+        "<th>verdict</th><th>figure</th><th>claim</th><th>estimate [95 % interval] against bound</th><th>numbers it was decided on</th></tr>\n",
     );
     for row in rows {
         let c = row.claim;
@@ -88,7 +89,7 @@ pub fn claims_table(rows: &[ClaimRow<'_>]) -> String {
         }
         let _ = writeln!(
             s,
-            "<td>{}</td><td><a href=\"#{}fig-{}\">{}</a></td><td>{}<br><span class=\"small\">{} · {}</span></td><td>{}</td></tr>",
+            "<td>{}</td><td><a href=\"#{}fig-{}\">{}</a></td><td>{}<br><span class=\"small\">{} · {}</span></td><td>{}</td><td>{}</td></tr>",
             c.verdict.text(),
             escape(&row.anchor),
             escape(&c.figure),
@@ -96,10 +97,16 @@ pub fn claims_table(rows: &[ClaimRow<'_>]) -> String {
             escape(&c.text),
             escape(&c.id),
             escape(c.kind.name()),
+            escape(&c.interval_text().unwrap_or_default()),
             escape(&c.numbers)
         );
     }
     s.push_str("</table>\n");
+    let _ = writeln!(
+        s,
+        "<p class=\"small\">{}</p>",
+        escape(&super::claims::count_line(rows.iter().map(|r| r.claim)))
+    );
     s
 }
 
@@ -364,6 +371,70 @@ pub struct RunLink {
     pub figures: RunFigures,
 }
 
+/// One claim of a reproduction, decided once over the runs that feed its
+/// figure.
+#[derive(Debug, Clone)]
+pub struct JoinedClaim {
+    /// Index of the outcome (run) it was decided on.
+    pub outcome: usize,
+    pub experiment: String,
+    /// Link to that run from results/reproduce/.
+    pub run: String,
+    pub claim: ClaimResult,
+    /// Every run that checked it (experiment names, in order).
+    pub checked_in: Vec<String>,
+}
+
+/// Each (figure, claim id) once: decided on a run that measured it (its
+/// own verdict is not "not measurable here"), of those the one whose
+/// interval rests on the most repetitions, the first on a tie. Which one
+/// is chosen never depends on the verdict, so no run is picked for
+/// agreeing. `requires` are then applied across the joined claims.
+pub fn join_claims(outcomes: &[SpecOutcome]) -> Vec<JoinedClaim> {
+    let mut out: Vec<JoinedClaim> = Vec::new();
+    let measured = |c: &ClaimResult| c.own.0 != Verdict::NotMeasurable;
+    for (i, o) in outcomes.iter().enumerate() {
+        let Some(r) = &o.run else { continue };
+        let exp = &r.figures.run.manifest.experiment;
+        for c in r.figures.figures.iter().flat_map(|f| f.claims.iter()) {
+            let candidate = JoinedClaim {
+                outcome: i,
+                experiment: exp.clone(),
+                run: r.href.clone(),
+                claim: c.clone(),
+                checked_in: vec![exp.clone()],
+            };
+            let Some(k) = out
+                .iter()
+                .position(|j| j.claim.figure == c.figure && j.claim.id == c.id)
+            else {
+                out.push(candidate);
+                continue;
+            };
+            let j = &mut out[k];
+            j.checked_in.push(exp.clone());
+            let better = match (measured(&j.claim), measured(c)) {
+                (false, true) => true,
+                (true, true) => c.repetitions.unwrap_or(0) > j.claim.repetitions.unwrap_or(0),
+                _ => false,
+            };
+            if better {
+                let checked_in = std::mem::take(&mut j.checked_in);
+                *j = JoinedClaim {
+                    checked_in,
+                    ..candidate
+                };
+            }
+        }
+    }
+    let mut claims: Vec<ClaimResult> = out.iter().map(|j| j.claim.clone()).collect();
+    super::claims::apply_requires(&mut claims);
+    for (j, c) in out.iter_mut().zip(claims) {
+        j.claim = c;
+    }
+    out
+}
+
 /// results/reproduce/report.html: every run of a reproduce.
 pub fn joined_page(outcomes: &[SpecOutcome], target: &str) -> Result<String, FigureError> {
     let mut body = String::new();
@@ -405,18 +476,15 @@ pub fn joined_page(outcomes: &[SpecOutcome], target: &str) -> Result<String, Fig
         }
     }
     body.push_str("</table>\n<h2>Claims</h2>\n");
-    let mut rows: Vec<ClaimRow<'_>> = Vec::new();
-    for (i, o) in outcomes.iter().enumerate() {
-        if let Some(r) = &o.run {
-            for c in r.figures.figures.iter().flat_map(|f| f.claims.iter()) {
-                rows.push(ClaimRow {
-                    run: Some(r.figures.run.manifest.experiment.clone()),
-                    anchor: format!("r{i}-"),
-                    claim: c,
-                });
-            }
-        }
-    }
+    let joined = join_claims(outcomes);
+    let rows: Vec<ClaimRow<'_>> = joined
+        .iter()
+        .map(|j| ClaimRow {
+            run: Some(j.experiment.clone()),
+            anchor: format!("r{}-", j.outcome),
+            claim: &j.claim,
+        })
+        .collect();
     body.push_str(&claims_table(&rows));
     body.push_str("<h2>Runs</h2>\n");
     for (i, o) in outcomes.iter().enumerate() {

@@ -56,6 +56,13 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+    /// Standard normal, by Box–Muller (one of the pair; simple and fixed).
+    pub fn normal(&mut self) -> f64 {
+        // 53 random bits, shifted off 0 so the logarithm is finite.
+        let unit = |v: u64| ((v >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let (u1, u2) = (unit(self.next_u64()), unit(self.next_u64()));
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
     /// Uniform in 0..n (n > 0), by rejection so there is no modulo bias.
     pub fn below(&mut self, n: usize) -> usize {
         let n = n as u64;
@@ -150,6 +157,134 @@ pub fn estimate(per_rep: &[f64], single_rep_samples: Option<(&[f64], Stat)>) -> 
     })
 }
 
+/// One repetition's value, with its identity (point, repetition) where the
+/// data has one: two series measured as the same repetition of one job
+/// carry the same ids and are resampled together.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Rep {
+    pub id: Option<(u32, u32)>,
+    pub value: f64,
+}
+
+/// What one point's median is resampled from.
+#[derive(Debug, Clone, Copy)]
+pub enum Spread<'a> {
+    /// Its repetitions (the median of a resample of them).
+    Reps(&'a [Rep]),
+    /// One repetition with a samples-based 95 % interval: drawn from a
+    /// normal of that width, as its raw samples are not kept per point.
+    Normal { value: f64, sd: f64 },
+}
+
+impl<'a> Spread<'a> {
+    /// None for a single value with no interval: nothing to resample.
+    pub fn of(reps: &'a [Rep], est: &Estimate) -> Option<Spread<'a>> {
+        if reps.len() >= 2 {
+            return Some(Spread::Reps(reps));
+        }
+        match (est.ci, est.lo, est.hi) {
+            (CiMethod::Samples, Some(lo), Some(hi)) => Some(Spread::Normal {
+                value: est.value,
+                sd: (hi - lo) / (2.0 * 1.959_964),
+            }),
+            _ => None,
+        }
+    }
+    fn ids(&self) -> Option<Vec<(u32, u32)>> {
+        match self {
+            Spread::Reps(r) => r.iter().map(|r| r.id).collect(),
+            Spread::Normal { .. } => None,
+        }
+    }
+}
+
+/// Whether two points were measured as the same repetitions (every value
+/// has an id and the ids agree), so their resamples are paired.
+pub fn same_ids(a: &[Rep], b: &[Rep]) -> bool {
+    let ids = |r: &[Rep]| -> Option<Vec<(u32, u32)>> {
+        let mut v: Vec<(u32, u32)> = r.iter().map(|r| r.id).collect::<Option<_>>()?;
+        v.sort_unstable();
+        Some(v)
+    };
+    a.len() >= 2 && ids(a).is_some_and(|x| Some(x) == ids(b))
+}
+
+/// 95 % percentile-bootstrap interval of `f` over the medians of several
+/// points, each point's repetitions resampled; points whose repetitions
+/// carry the same ids share one resample (paired, as they were measured
+/// together), the others are resampled independently. Fixed seed.
+pub fn joint_interval<F>(points: &[Spread<'_>], f: F) -> Option<(f64, f64)>
+where
+    F: Fn(&[f64]) -> Option<f64>,
+{
+    // Repetitions in id order, so the same index is the same repetition.
+    let reps: Vec<Vec<f64>> = points
+        .iter()
+        .map(|p| match p {
+            Spread::Reps(r) => {
+                let mut r = r.to_vec();
+                r.sort_by_key(|r| r.id);
+                r.into_iter().map(|r| r.value).collect()
+            }
+            Spread::Normal { .. } => Vec::new(),
+        })
+        .collect();
+    let ids: Vec<Option<Vec<(u32, u32)>>> = points
+        .iter()
+        .map(|p| {
+            p.ids().map(|mut v| {
+                v.sort_unstable();
+                v
+            })
+        })
+        .collect();
+    // The first point with the same ids leads the group's resample.
+    let leader: Vec<usize> = (0..points.len())
+        .map(|i| match &ids[i] {
+            Some(v) => (0..i).find(|&j| ids[j].as_ref() == Some(v)).unwrap_or(i),
+            None => i,
+        })
+        .collect();
+    let mut rng = Rng::new(SEED);
+    let mut idx: Vec<Vec<usize>> = reps.iter().map(|r| vec![0; r.len()]).collect();
+    let mut meds = vec![0.0; points.len()];
+    let mut buf = Vec::new();
+    let mut stats = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        for i in 0..points.len() {
+            if leader[i] == i {
+                let n = reps[i].len();
+                for k in idx[i].iter_mut() {
+                    *k = rng.below(n);
+                }
+            }
+        }
+        for (i, p) in points.iter().enumerate() {
+            meds[i] = match p {
+                Spread::Reps(_) => {
+                    buf.clear();
+                    buf.extend(idx[leader[i]].iter().map(|&k| reps[i][k]));
+                    median(&buf)?
+                }
+                Spread::Normal { value, sd } => value + sd * rng.normal(),
+            };
+        }
+        // A resample where the quantity is undefined (a zero median in a
+        // denominator) is left out, not fatal.
+        if let Some(v) = f(&meds).filter(|v| v.is_finite()) {
+            stats.push(v);
+        }
+    }
+    if stats.len() < RESAMPLES / 2 {
+        return None;
+    }
+    stats.sort_by(f64::total_cmp);
+    Some((
+        quantile_sorted(&stats, 0.025)?,
+        quantile_sorted(&stats, 0.975)?,
+    ))
+}
+
 /// Least-squares line and its coefficient of determination.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fit {
@@ -240,6 +375,37 @@ mod tests {
         assert!((f.slope - 2.0).abs() < 1e-12 && f.r2 > 0.999_999);
         let g = linear_fit(&[1.0, 2.0, 3.0, 4.0], &[1.0, 4.0, 1.0, 4.0]).unwrap();
         assert!(g.r2 < 0.3);
+    }
+
+    fn reps(ids: &[(u32, u32)], v: &[f64]) -> Vec<Rep> {
+        ids.iter()
+            .zip(v)
+            .map(|(&id, &value)| Rep {
+                id: Some(id),
+                value,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn paired_repetitions_resample_together() {
+        // Each repetition's numerator is exactly twice its denominator, but
+        // the repetitions differ a lot: paired, the ratio never moves.
+        let ids = [(0, 0), (0, 1), (0, 2), (0, 3)];
+        let num = reps(&ids, &[20.0, 40.0, 60.0, 80.0]);
+        let den = reps(&ids, &[10.0, 20.0, 30.0, 40.0]);
+        let ratio = |m: &[f64]| Some(m[0] / m[1]);
+        let (lo, hi) = joint_interval(&[Spread::Reps(&num), Spread::Reps(&den)], ratio).unwrap();
+        assert!(
+            (lo - 2.0).abs() < 1e-12 && (hi - 2.0).abs() < 1e-12,
+            "{lo} {hi}"
+        );
+        // Other ids (another job): independent, so the interval opens up.
+        let other = reps(&[(1, 0), (1, 1), (1, 2), (1, 3)], &[10.0, 20.0, 30.0, 40.0]);
+        let (lo, hi) = joint_interval(&[Spread::Reps(&num), Spread::Reps(&other)], ratio).unwrap();
+        assert!(lo < 1.5 && hi > 2.5, "{lo} {hi}");
+        let again = joint_interval(&[Spread::Reps(&num), Spread::Reps(&other)], ratio).unwrap();
+        assert_eq!((lo, hi), again, "fixed seed");
     }
 
     #[test]

@@ -269,13 +269,21 @@ kind = "min_ge"
 value = 10
 [[claims]]
 id = "value-at"
-text = "read at depth 2 is 50..70"
+text = "read at depth 2 is 45..70"
+panel = "tput"
+kind = "value_at"
+series = ["read"]
+x = 2
+min = 45
+max = 70
+[[claims]]
+id = "value-at-edge"
+text = "read at depth 2 is at least 50"
 panel = "tput"
 kind = "value_at"
 series = ["read"]
 x = 2
 min = 50
-max = 70
 [[claims]]
 id = "value-at-bad"
 text = "read at the deepest is > 100"
@@ -430,6 +438,7 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
         ("max-bad", Verdict::DoesNotHold),
         ("min-ok", Verdict::Holds),
         ("value-at", Verdict::Holds),
+        ("value-at-edge", Verdict::Undecided),
         ("value-at-bad", Verdict::DoesNotHold),
         ("ratio-ok", Verdict::Holds),
         ("ratio-bad", Verdict::DoesNotHold),
@@ -454,6 +463,21 @@ fn each_claim_kind_holds_fails_or_is_not_measurable() {
     assert!(ratio.contains("= 1.02"), "{ratio}");
     let (_, absent) = verdict("ratio-absent");
     assert!(absent.contains("nvme-hook has no data"), "{absent}");
+    // Repetitions 49, 50, 51 against "≥ 50": the interval straddles the
+    // bound, and its median sits on it.
+    let (_, edge) = verdict("value-at-edge");
+    assert!(
+        edge.ends_with(
+            "; undecided: the estimate sits on the bound 50: more repetitions alone will not decide it"
+        ),
+        "{edge}"
+    );
+    let c = claims.iter().find(|c| c.id == "value-at-edge").unwrap();
+    assert_eq!(
+        c.interval_text().as_deref(),
+        Some("value of read at x=2: 50 [49–51] against ≥ 50")
+    );
+    assert_eq!((c.repetitions, c.repetitions_needed), (Some(3), None));
     // A claim tied to an x the run did not reach is not decided elsewhere.
     let (_, beyond) = verdict("ratio-beyond-reach");
     assert_eq!(
@@ -615,7 +639,7 @@ fn plot_check_and_report_write_their_files() {
     }
     assert_eq!(plotted.unknown, ["no-such-figure"]);
     let (claims, _) = super::check_run(&run, &d).unwrap();
-    assert_eq!(claims.len(), 18);
+    assert_eq!(claims.len(), 19);
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run.join("claims.json")).unwrap()).unwrap();
     assert_eq!(doc["claims"][0]["verdict"], "holds");
@@ -746,4 +770,105 @@ fn a_metric_the_points_could_not_measure_is_not_measurable_with_their_reason() {
     let c = &rf.figures[0].claims[0];
     assert_eq!(c.verdict, Verdict::NotMeasurable);
     assert!(c.numbers.contains("no hardware PMU (TCG)"), "{}", c.numbers);
+}
+
+/// nvme-hook alone, depth 1..4, `reps` repetitions: a run that feeds the
+/// same figure but lacks the series most of its claims are about.
+fn hook_only_run(t: &Path, reps: u32) -> PathBuf {
+    let mut s = Synth::new(&t.join("hook-run"));
+    for d in 1..=4i64 {
+        for rep in 0..reps {
+            s.ok(
+                (d - 1) as u32,
+                rep,
+                &[("depth", int(d))],
+                &[chunk(
+                    "lookup_latency",
+                    &[("engine", "nvme-hook")],
+                    vec![5000.0; 4],
+                )],
+                summary(&[
+                    ("nvme-hook.lookups_per_s", 150.0 + f64::from(rep)),
+                    ("depth", d as f64),
+                ]),
+            );
+        }
+    }
+    s.finish("hook", &["t-lookups"])
+}
+
+#[test]
+fn a_reproduction_reports_each_claim_once_decided_on_the_run_that_measured_it() {
+    use super::report::{RunLink, SpecOutcome, join_claims};
+    let t = tempfile::tempdir().unwrap();
+    let defs = defs(t.path());
+    let outcome = |dir: PathBuf, href: &str| SpecOutcome {
+        spec: href.into(),
+        run: Some(RunLink {
+            href: href.into(),
+            figures: compute(&dir, &defs).unwrap(),
+        }),
+        error: None,
+    };
+    // The hook-only run comes first, and has more repetitions.
+    let outcomes = vec![
+        outcome(hook_only_run(t.path(), 5), "../hook/"),
+        SpecOutcome {
+            spec: "broken.toml".into(),
+            run: None,
+            error: Some("not run".into()),
+        },
+        outcome(lookups_run(t.path()), "../lookups/"),
+    ];
+    let joined = join_claims(&outcomes);
+    let per_run = outcomes[0].run.as_ref().unwrap().figures.figures[0]
+        .claims
+        .len();
+    assert_eq!(joined.len(), per_run, "each claim once, not once per run");
+    let get = |id: &str| joined.iter().find(|j| j.claim.id == id).unwrap();
+    // Only the lookups run has read: its claims are decided there.
+    let falls = get("falls");
+    assert_eq!(
+        (falls.experiment.as_str(), falls.run.as_str(), falls.outcome),
+        ("lookups", "../lookups/", 2)
+    );
+    assert_eq!(falls.claim.verdict, Verdict::Holds);
+    assert_eq!(falls.checked_in, ["hook", "lookups"]);
+    // Both runs measure "max ≤ 200" (nvme-hook only in one, read and
+    // io-uring in the other): the one on more repetitions decides it.
+    let max = get("max-ok");
+    assert_eq!(
+        (max.experiment.as_str(), max.claim.repetitions),
+        ("hook", Some(5))
+    );
+    // Only the hook run has nvme-hook: "nvme-hook rises" is decided there,
+    // not left "not measurable" because the other run lacks it.
+    let rises = get("hook-rises");
+    assert_eq!(rises.experiment, "hook");
+    assert_ne!(
+        rises.claim.verdict,
+        Verdict::NotMeasurable,
+        "{}",
+        rises.claim.numbers
+    );
+    // `requires` are read across the joined claims.
+    let given = get("min-ok-given-max-bad");
+    assert!(
+        given
+            .claim
+            .numbers
+            .starts_with("rests on max-bad does not hold"),
+        "{}",
+        given.claim.numbers
+    );
+    assert_eq!(get("min-ok-given-max-ok").claim.verdict, Verdict::Holds);
+    // The joined page lists each claim once too.
+    let page = super::report::joined_page(&outcomes, "test").unwrap();
+    let table = page
+        .split("<h2>Claims</h2>")
+        .nth(1)
+        .and_then(|s| s.split("<h2>Runs</h2>").next())
+        .unwrap();
+    assert_eq!(table.matches("<td>read falls with depth<br>").count(), 1);
+    assert_eq!(table.matches("<tr class=\"v-").count(), per_run);
 }

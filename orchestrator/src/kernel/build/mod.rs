@@ -187,7 +187,10 @@ fn build_uncached(
     ));
     let mut kb = run::KbuildProgress::new(progress);
     let mut make = tree.make(&[&format!("-j{jobs}"), "bzImage"]);
-    let compiler_cache = ccache::apply(&mut make, cache_root, &work_root);
+    let stats_log = work.join("ccache-stats.log");
+    // A resumed make appends to the log of its earlier attempt.
+    let _ = std::fs::remove_file(&stats_log);
+    let compiler_cache = ccache::apply(&mut make, cache_root, &work_root, &stats_log);
     run::run(
         make.env("KBUILD_BUILD_USER", "testbed")
             // Shows in /proc/version: ties a booted kernel to its cache key.
@@ -207,6 +210,10 @@ fn build_uncached(
     let config_sha256 = Some(sha256_file(&staging.dir.join("config"))?);
     let patch_names: Vec<String> = k.patches.iter().map(|p| file_name(p)).collect();
     let seconds = started.elapsed().as_secs();
+    let cache_hits = ccache::Hits::read(&stats_log);
+    if let Some(h) = cache_hits {
+        progress(&format!("ccache: {}", h.text()));
+    }
     let (origin, mut inputs) = match (&sb.source, &k.tree) {
         (Source::Tree(_), Some(id)) => (format!("local tree {}", id.describe()), id.inputs()),
         (Source::Package(pin), _) => (
@@ -229,6 +236,10 @@ fn build_uncached(
         ("patch_series", sb.patch_series.clone().unwrap_or_default()),
         ("gcc", k.gcc.clone()),
         ("compiler_cache", compiler_cache),
+        (
+            "compiler_cache_hits",
+            cache_hits.map(|h| h.text()).unwrap_or_default(),
+        ),
         ("pahole", k.pahole.clone()),
         ("build_seconds", seconds.to_string()),
         ("kbuild_steps", kb.steps().to_string()),
