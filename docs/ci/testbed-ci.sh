@@ -216,7 +216,7 @@ set +e
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" = 4 ]; then
-  say "REGRESSION: a figure got worse beyond both runs' 95 % intervals (see above; $OUT/compare.txt); the job fails"
+  say "REGRESSION: a figure got worse, the whole 95 % interval of the change beyond the minimum effect (see above; $OUT/compare.txt); the job fails"
   exit 4
 fi
 [ "$rc" = 0 ] || die "testbed compare failed (exit $rc)"

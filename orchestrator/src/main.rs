@@ -95,6 +95,10 @@ enum Command {
         run: PathBuf,
         #[arg(long)]
         figures: Option<PathBuf>,
+        /// A run whose claims are the bar: exit 1 when a claim that held
+        /// there does not hold in RUN (undecided or not measurable passes).
+        #[arg(long)]
+        baseline: Option<PathBuf>,
     },
     /// Figures, claims and manifest of a run in one self-contained RUN/report.html.
     Report {
@@ -111,6 +115,10 @@ enum Command {
         /// Exit with status 4 when a regression is flagged.
         #[arg(long)]
         fail_on_regression: bool,
+        /// The smallest change flagged, in percent of A (the change's
+        /// interval must also exclude 0).
+        #[arg(long, default_value_t = 5.0)]
+        min_effect: f64,
     },
     /// Run every spec a family or figure needs (resuming), then plot, check and report.
     Reproduce {
@@ -369,14 +377,29 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             report_unknown(&p.unknown);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { run, figures } => {
-            let (claims, unknown) = figures::check_run(&run, &figure_defs(figures))?;
+        Command::Check {
+            run,
+            figures,
+            baseline,
+        } => {
+            let defs = figure_defs(figures);
+            let (claims, unknown) = figures::check_run(&run, &defs)?;
             let rows: Vec<(&str, &figures::ClaimResult)> = claims.iter().map(|c| ("", c)).collect();
             print!("{}", figures::claims::table(&rows));
             println!("claims in {}", run.join("claims.json").display());
             report_unknown(&unknown);
             // A verdict is a finding about the run, not an error of the
-            // check: "does not hold" and "undecided at this noise" exit 0.
+            // check: "does not hold" and "undecided at this noise" exit 0,
+            // unless a baseline makes the claims a gate.
+            if let Some(base) = baseline {
+                let before = figures::claims_of(&base, &defs)
+                    .with_context(|| format!("the baseline {}", base.display()))?;
+                let gate = figures::gate::against_baseline(&before, &claims);
+                print!("{}", gate.text());
+                if !gate.passes() {
+                    return Ok(ExitCode::from(1));
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Report { run, figures } => {
@@ -389,9 +412,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             run_b,
             figures,
             fail_on_regression,
+            min_effect,
         } => {
+            if !(min_effect.is_finite() && min_effect >= 0.0) {
+                anyhow::bail!("--min-effect {min_effect}: a percentage ≥ 0, such as 5");
+            }
             let defs = figures::def::load_all(&figure_defs(figures))?;
-            let c = figures::compare::compare(&run_a, &run_b, &defs)?;
+            let c = figures::compare::compare(&run_a, &run_b, &defs, min_effect / 100.0)?;
             print!("{}", figures::compare::render(&c));
             Ok(if fail_on_regression && c.regressions() > 0 {
                 ExitCode::from(4)

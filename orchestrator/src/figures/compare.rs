@@ -1,7 +1,14 @@
 //! `testbed compare RUN_A RUN_B`: per figure, panel, series and x, the
-//! change from A to B with both intervals. A change counts only when the
-//! two 95 % intervals do not overlap; it is a regression when it goes the
-//! panel's worse way (`y.better`).
+//! change from A to B with its 95 % interval. The interval is a bootstrap of
+//! median(B) / median(A) − 1, each run's repetitions resampled on their own
+//! (two runs are independent measurements, whatever their point ids). A
+//! change is flagged when its whole interval lies beyond the minimum
+//! effect (default 5 %, `--min-effect`), as a claim holds only on its
+//! whole interval; it is a regression when it goes the panel's worse way
+//! (`y.better`). An interval that excludes no change but reaches inside
+//! the minimum effect is "below min effect" or "undecided".
+//! Variation between boots is in the interval only as far as the runs'
+//! repetitions spread over boots.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,18 +18,27 @@ use serde::Serialize;
 
 use super::def::{Better, FigureDef};
 use super::error::FigureError;
-use super::extract::{Series, fmt_num};
-use super::stats::Estimate;
+use super::extract::{Series, SeriesPoint, fmt_num};
+use super::stats::{self, Estimate, Rep, Spread};
 use super::{Figure, compute};
+
+/// The smallest change flagged unless asked otherwise: 5 %.
+pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Flag {
     Regression,
     Improvement,
-    /// Intervals do not overlap; the panel has no better direction.
+    /// A change at least the minimum effect; the panel has no better
+    /// direction.
     Changed,
-    /// Intervals overlap.
+    /// The interval excludes no change, but all of it is below the
+    /// minimum effect.
+    BelowMinEffect,
+    /// The interval excludes no change and straddles the minimum effect.
+    Undecided,
+    /// The interval includes no change.
     Same,
     /// A side has no interval: the change cannot be told from noise.
     NoInterval,
@@ -34,6 +50,8 @@ impl Flag {
             Flag::Regression => "REGRESSION",
             Flag::Improvement => "improvement",
             Flag::Changed => "changed",
+            Flag::BelowMinEffect => "below min effect",
+            Flag::Undecided => "undecided",
             Flag::Same => "within noise",
             Flag::NoInterval => "no interval",
         }
@@ -50,6 +68,9 @@ pub struct Change {
     pub b: Estimate,
     /// (b − a) / a in percent.
     pub change_pct: f64,
+    /// Its 95 % interval in percent, where both sides have one.
+    pub change_lo_pct: Option<f64>,
+    pub change_hi_pct: Option<f64>,
     pub flag: Flag,
 }
 
@@ -58,6 +79,8 @@ pub struct Comparison {
     pub changes: Vec<Change>,
     /// "figure/panel: series only in A" and the like.
     pub unmatched: Vec<String>,
+    /// The minimum effect a flag needs, as a fraction.
+    pub min_effect: f64,
 }
 
 impl Comparison {
@@ -69,14 +92,45 @@ impl Comparison {
     }
 }
 
-pub fn flag(a: &Estimate, b: &Estimate, better: Option<Better>) -> Flag {
-    let (Some(al), Some(ah), Some(bl), Some(bh)) = (a.lo, a.hi, b.lo, b.hi) else {
+/// 95 % interval of median(B) / median(A) − 1, the two points' repetitions
+/// resampled independently (ids dropped, so equal point ids of two runs
+/// are not taken for one repetition).
+pub fn change_interval(a: &SeriesPoint, b: &SeriesPoint) -> Option<(f64, f64)> {
+    let unpaired =
+        |p: &SeriesPoint| -> Vec<Rep> { p.reps.iter().map(|r| Rep { id: None, ..*r }).collect() };
+    let (ra, rb) = (unpaired(a), unpaired(b));
+    let (sa, sb) = (Spread::of(&ra, &a.est)?, Spread::of(&rb, &b.est)?);
+    let change = a
+        .est
+        .value
+        .ne(&0.0)
+        .then(|| b.est.value / a.est.value - 1.0)?;
+    stats::joint_interval(&[sa, sb], |m| (m[0] != 0.0).then(|| m[1] / m[0] - 1.0))
+        .map(|(lo, hi)| (lo.min(change), hi.max(change)))
+}
+
+/// The flag of a relative change (a fraction) from its interval, as a
+/// claim is decided: a change counts when its whole interval is beyond
+/// the minimum effect, so noise alone does not flag one.
+pub fn flag(
+    change: f64,
+    interval: Option<(f64, f64)>,
+    better: Option<Better>,
+    min_effect: f64,
+) -> Flag {
+    let Some((lo, hi)) = interval else {
         return Flag::NoInterval;
     };
-    if bl <= ah && al <= bh {
+    if lo <= 0.0 && 0.0 <= hi {
         return Flag::Same;
     }
-    let up = b.value > a.value;
+    if -min_effect < lo && hi < min_effect {
+        return Flag::BelowMinEffect;
+    }
+    if lo < min_effect && hi > -min_effect {
+        return Flag::Undecided;
+    }
+    let up = change > 0.0;
     match better {
         None => Flag::Changed,
         Some(Better::Higher) if up => Flag::Improvement,
@@ -95,20 +149,26 @@ fn series_changes(
 ) {
     for pa in &a.points {
         match b.points.iter().find(|pb| pb.x == pa.x) {
-            Some(pb) => out.changes.push(Change {
-                figure: fig.to_string(),
-                panel: panel.to_string(),
-                series: a.label.clone(),
-                x: pa.x.label(),
-                a: pa.est,
-                b: pb.est,
-                change_pct: if pa.est.value != 0.0 {
-                    (pb.est.value - pa.est.value) / pa.est.value * 100.0
+            Some(pb) => {
+                let change = if pa.est.value != 0.0 {
+                    pb.est.value / pa.est.value - 1.0
                 } else {
                     f64::NAN
-                },
-                flag: flag(&pa.est, &pb.est, better),
-            }),
+                };
+                let interval = change_interval(pa, pb);
+                out.changes.push(Change {
+                    figure: fig.to_string(),
+                    panel: panel.to_string(),
+                    series: a.label.clone(),
+                    x: pa.x.label(),
+                    a: pa.est,
+                    b: pb.est,
+                    change_pct: change * 100.0,
+                    change_lo_pct: interval.map(|i| i.0 * 100.0),
+                    change_hi_pct: interval.map(|i| i.1 * 100.0),
+                    flag: flag(change, interval, better, out.min_effect),
+                })
+            }
             None => out.unmatched.push(format!(
                 "{fig}/{panel}: {} x={} only in A",
                 a.label,
@@ -149,14 +209,19 @@ fn figure_changes(fa: &Figure, fb: &Figure, out: &mut Comparison) {
     }
 }
 
+/// `min_effect`: the smallest relative change flagged (0.05 = 5 %).
 pub fn compare(
     a: &Path,
     b: &Path,
     defs: &BTreeMap<String, FigureDef>,
+    min_effect: f64,
 ) -> Result<Comparison, FigureError> {
     let ra = compute(a, defs)?;
     let rb = compute(b, defs)?;
-    let mut out = Comparison::default();
+    let mut out = Comparison {
+        min_effect,
+        ..Comparison::default()
+    };
     for fa in &ra.figures {
         match rb.figures.iter().find(|f| f.def.id == fa.def.id) {
             Some(fb) => figure_changes(fa, fb, &mut out),
@@ -190,19 +255,23 @@ pub fn render(c: &Comparison) -> String {
             let _ = writeln!(s, "{head}");
             let _ = writeln!(
                 s,
-                "  {:<28} {:>8}  {:<28} {:<28} {:>9}  flag",
-                "series", "x", "A", "B", "change"
+                "  {:<28} {:>8}  {:<28} {:<28} {:>24}  flag",
+                "series", "x", "A", "B", "change [95 % interval]"
             );
             last = head;
         }
+        let change = match (ch.change_lo_pct, ch.change_hi_pct) {
+            (Some(l), Some(h)) => format!("{:+.1}% [{l:+.1}, {h:+.1}]", ch.change_pct),
+            _ => format!("{:+.1}%", ch.change_pct),
+        };
         let _ = writeln!(
             s,
-            "  {:<28} {:>8}  {:<28} {:<28} {:>8.1}%  {}",
+            "  {:<28} {:>8}  {:<28} {:<28} {:>24}  {}",
             ch.series,
             ch.x,
             show(&ch.a),
             show(&ch.b),
-            ch.change_pct,
+            change,
             ch.flag.text()
         );
     }
@@ -211,9 +280,10 @@ pub fn render(c: &Comparison) -> String {
     }
     let _ = writeln!(
         s,
-        "{} values compared, {} regressions (95 % intervals do not overlap, worse direction)",
+        "{} values compared, {} regressions (the change's whole 95 % interval beyond {}, the worse way)",
         c.changes.len(),
-        c.regressions()
+        c.regressions(),
+        format_args!("{}%", fmt_num(c.min_effect * 100.0))
     );
     s
 }
@@ -221,39 +291,88 @@ pub fn render(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::figures::extract::XKey;
     use crate::figures::stats::CiMethod;
 
-    fn est(v: f64, lo: f64, hi: f64) -> Estimate {
-        Estimate {
-            value: v,
-            lo: Some(lo),
-            hi: Some(hi),
-            n: 3,
-            ci: CiMethod::Repetitions,
+    fn point(values: &[f64]) -> SeriesPoint {
+        let reps: Vec<Rep> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &value)| Rep {
+                id: Some((0, i as u32)),
+                value,
+            })
+            .collect();
+        SeriesPoint {
+            x: XKey::Num(1.0),
+            est: stats::estimate(values, None).unwrap(),
+            reps,
         }
     }
 
     #[test]
-    fn flags_follow_intervals_and_direction() {
-        let a = est(100.0, 95.0, 105.0);
+    fn flags_follow_the_change_interval_the_minimum_effect_and_direction() {
+        let up = Some((0.15, 0.25));
+        assert_eq!(flag(0.2, up, Some(Better::Lower), 0.05), Flag::Regression);
+        assert_eq!(flag(0.2, up, Some(Better::Higher), 0.05), Flag::Improvement);
+        assert_eq!(flag(0.2, up, None, 0.05), Flag::Changed);
+        let down = Some((-0.25, -0.15));
         assert_eq!(
-            flag(&a, &est(80.0, 78.0, 82.0), Some(Better::Higher)),
+            flag(-0.2, down, Some(Better::Higher), 0.05),
             Flag::Regression
         );
+        // Clear of 0 but all of it under the minimum effect.
+        let small = Some((0.02, 0.04));
         assert_eq!(
-            flag(&a, &est(80.0, 78.0, 82.0), Some(Better::Lower)),
-            Flag::Improvement
+            flag(0.03, small, Some(Better::Lower), 0.05),
+            Flag::BelowMinEffect
         );
         assert_eq!(
-            flag(&a, &est(102.0, 98.0, 110.0), Some(Better::Higher)),
+            flag(0.03, small, Some(Better::Lower), 0.01),
+            Flag::Regression
+        );
+        // Clear of 0, but it may be under or over the minimum effect.
+        let wide = Some((0.02, 0.12));
+        assert_eq!(flag(0.07, wide, Some(Better::Lower), 0.05), Flag::Undecided);
+        assert_eq!(
+            flag(0.3, Some((-0.1, 0.6)), Some(Better::Lower), 0.05),
             Flag::Same
         );
-        assert_eq!(flag(&a, &est(80.0, 78.0, 82.0), None), Flag::Changed);
-        let bare = Estimate {
-            lo: None,
-            hi: None,
-            ..a
+        assert_eq!(flag(0.3, None, Some(Better::Lower), 0.05), Flag::NoInterval);
+    }
+
+    #[test]
+    fn the_change_interval_resamples_each_run_on_its_own() {
+        // Same point ids in both runs; B is A shifted up 10 %. Paired, the
+        // ratio would never move; resampled independently it spreads.
+        let a = point(&[100.0, 90.0, 110.0, 95.0, 105.0]);
+        let b = point(&[110.0, 99.0, 121.0, 104.5, 115.5]);
+        let (lo, hi) = change_interval(&a, &b).unwrap();
+        assert!(
+            lo < 0.05 && hi > 0.15 && lo <= 0.1 && 0.1 <= hi,
+            "{lo} {hi}"
+        );
+        // Tight repetitions and a 10 % shift: decided.
+        let a = point(&[100.0, 100.5, 99.5, 100.2, 99.8]);
+        let b = point(&[110.0, 110.5, 109.5, 110.2, 109.8]);
+        let iv = change_interval(&a, &b).unwrap();
+        assert!(iv.0 > 0.08 && iv.1 < 0.12, "{iv:?}");
+        assert_eq!(
+            flag(0.1, Some(iv), Some(Better::Lower), 0.05),
+            Flag::Regression
+        );
+        // One value, no samples interval: nothing to resample.
+        let bare = SeriesPoint {
+            est: Estimate {
+                lo: None,
+                hi: None,
+                n: 1,
+                ci: CiMethod::None,
+                ..a.est
+            },
+            reps: a.reps[..1].to_vec(),
+            ..a.clone()
         };
-        assert_eq!(flag(&a, &bare, Some(Better::Higher)), Flag::NoInterval);
+        assert_eq!(change_interval(&bare, &b), None);
     }
 }

@@ -17,6 +17,7 @@ pub mod error;
 pub mod extract;
 pub mod fit;
 pub mod font;
+pub mod gate;
 pub mod png;
 pub mod report;
 pub mod stats;
@@ -285,6 +286,14 @@ pub fn check_run(
     let defs = def::load_all(defs_dir)?;
     let rf = compute(run_dir, &defs)?;
     Ok((write_claims(&rf)?, rf.unknown))
+}
+
+/// Every claim of a run, computed without writing into its directory (a
+/// baseline is read, never changed).
+pub fn claims_of(run_dir: &Path, defs_dir: &Path) -> Result<Vec<ClaimResult>, FigureError> {
+    let defs = def::load_all(defs_dir)?;
+    let rf = compute(run_dir, &defs)?;
+    Ok(rf.figures.into_iter().flat_map(|f| f.claims).collect())
 }
 
 /// `testbed report RUN`: figures, claims and report.html.

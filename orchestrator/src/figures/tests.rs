@@ -388,11 +388,16 @@ fn defs(t: &Path) -> BTreeMap<String, FigureDef> {
 /// read and io-uring interleaved, depth 1..4, 3 repetitions; read
 /// throughput 100/d (a curve, not a line), latency linear in depth.
 fn lookups_run(t: &Path) -> PathBuf {
-    let mut s = Synth::new(&t.join("run"));
+    lookups_run_with(t, "run", |d| 100.0 / d)
+}
+
+/// As `lookups_run`, in `t/<name>`, read throughput `read(depth)`.
+fn lookups_run_with(t: &Path, name: &str, read: fn(f64) -> f64) -> PathBuf {
+    let mut s = Synth::new(&t.join(name));
     for d in 1..=4i64 {
         for rep in 0..3u32 {
             let jitter = f64::from(rep) - 1.0;
-            let read = 100.0 / d as f64 + jitter;
+            let read = read(d as f64) + jitter;
             let lat: Vec<f64> = (0..20)
                 .map(|i| 10_000.0 * d as f64 + f64::from(i))
                 .collect();
@@ -871,4 +876,60 @@ fn a_reproduction_reports_each_claim_once_decided_on_the_run_that_measured_it() 
         .unwrap();
     assert_eq!(table.matches("<td>read falls with depth<br>").count(), 1);
     assert_eq!(table.matches("<tr class=\"v-").count(), per_run);
+}
+
+#[test]
+fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
+    use super::gate::against_baseline;
+    let t = tempfile::tempdir().unwrap();
+    let defs = defs(t.path());
+    let claims = |dir: PathBuf| -> Vec<super::ClaimResult> {
+        compute(&dir, &defs)
+            .unwrap()
+            .figures
+            .into_iter()
+            .flat_map(|f| f.claims)
+            .collect()
+    };
+    let base = claims(lookups_run(t.path()));
+    let held = base.iter().filter(|c| c.verdict == Verdict::Holds).count();
+    assert!(held >= 5, "{held}");
+
+    // The same data: every claim that held still holds.
+    let same = against_baseline(&base, &base);
+    assert!(same.passes());
+    assert_eq!(
+        (same.kept, same.lost.len(), same.weakened.len()),
+        (held, 0, 0)
+    );
+
+    // Read throughput now rises with depth: "read falls" no longer holds.
+    let rising = claims(lookups_run_with(t.path(), "rising", |d| 25.0 * d));
+    let gate = against_baseline(&base, &rising);
+    assert!(!gate.passes());
+    let lost: Vec<&str> = gate.lost.iter().map(|c| c.id.as_str()).collect();
+    assert!(lost.contains(&"falls"), "{lost:?}");
+    assert!(
+        gate.lost
+            .iter()
+            .all(|c| c.now == Some(Verdict::DoesNotHold)),
+        "{:?}",
+        gate.lost
+    );
+    let text = gate.text();
+    assert!(
+        text.contains("t-lookups/falls") && text.ends_with("FAILS\n"),
+        "{text}"
+    );
+
+    // A run without read cannot decide "read falls": listed, not failed.
+    let hook = claims(hook_only_run(t.path(), 3));
+    let gate = against_baseline(&base, &hook);
+    let weak = gate.weakened.iter().find(|c| c.id == "falls").unwrap();
+    assert_eq!(weak.now, Some(Verdict::NotMeasurable));
+    assert!(
+        !gate.lost.iter().any(|c| c.id == "falls"),
+        "{:?}",
+        gate.lost
+    );
 }
