@@ -185,7 +185,8 @@ fn all_engines_return_the_same_verified_values_at_every_depth() {
         "nvme-hook-uring",
     ];
     let points = run.points();
-    assert_eq!(points.len(), 10);
+    // 10 depths, three repetitions.
+    assert_eq!(points.len(), 30);
     for p in &points {
         let depth = p["params"]["depth"].as_u64().unwrap();
         let cross = num(p, "cross_check.lookups");
@@ -214,7 +215,8 @@ fn all_engines_return_the_same_verified_values_at_every_depth() {
     }
     let counts = samples_per_engine(&run, "lookup_latency");
     for e in engines {
-        assert_eq!(counts.get(e), Some(&600), "{e}: {counts:?}");
+        // 60 lookups × 30 points (10 depths, three repetitions).
+        assert_eq!(counts.get(e), Some(&1800), "{e}: {counts:?}");
     }
 }
 
@@ -292,12 +294,12 @@ fn quick_fig3_sweeps_write_samples_for_every_engine() {
         (
             "fig3abc-hooks-quick.toml",
             &["read", "syscall-hook", "nvme-hook"][..],
-            12,
+            36,
         ),
         (
             "fig3d-hooks-quick.toml",
             &["io-uring", "nvme-hook-uring"][..],
-            12,
+            36,
         ),
     ] {
         let run = run_spec(name);
