@@ -17,6 +17,7 @@ use testbed_asam::prepare::{
 };
 
 #[test]
+#[ignore = "simulates and aligns the tiny data set twice with ART and bwa (~15 s); ./x test runs it"]
 fn the_tiny_data_set_is_realistic_deterministic_and_thread_independent() {
     let root = tempfile::tempdir().unwrap();
     let spec = sizes::preset("tiny").unwrap();

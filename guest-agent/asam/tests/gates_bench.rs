@@ -52,6 +52,7 @@ fn tool(program: &str, args: &[&str]) -> (bool, String) {
 }
 
 #[test]
+#[ignore = "runs every peer tool, Picard included (~6 s); ./x test runs it"]
 fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picard_accepts() {
     let dir = private_dir();
     let o = setup(

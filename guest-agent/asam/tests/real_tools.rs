@@ -6,6 +6,7 @@ use testbed_asam::bench::{BenchOptions, bench};
 use testbed_asam::prepare::{DatasetParams, prepare};
 
 #[test]
+#[ignore = "prepares the tiny data set with bwa and runs Picard (~6 s); ./x test runs it"]
 fn arrowsam_agrees_with_picard_and_samtools_on_a_tiny_data_set() {
     let dir = tempfile::tempdir().unwrap();
     let params = DatasetParams {

@@ -81,6 +81,7 @@ fn stages(lines: &[WorkflowLine]) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "runs the whole workflow with bwa, Picard, samtools and bcftools in every placement (~27 s); ./x test runs it"]
 fn every_placement_does_the_same_work_and_arrowsam_passes_its_gates() {
     let root = tempfile::tempdir().unwrap();
     let disk = root.path().join("disk");
@@ -150,6 +151,7 @@ fn every_placement_does_the_same_work_and_arrowsam_passes_its_gates() {
 }
 
 #[test]
+#[ignore = "prepares the tiny data set with bwa and runs the workflow (~7 s); ./x test runs it"]
 fn pipes_refuse_a_baseline_that_reads_twice_and_bqsr_is_arrowsam_only() {
     let root = tempfile::tempdir().unwrap();
     let p = prepare(&root.path().join("data"));
