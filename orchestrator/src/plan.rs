@@ -61,6 +61,10 @@ pub struct Point {
     /// share it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_vcpus: Option<u32>,
+    /// Which of the spec's `boots` runs this repetition (0 with one boot):
+    /// points of different groups never share a boot.
+    #[serde(default)]
+    pub boot_group: u32,
 }
 
 /// The one VM setting a sweep may vary (a fresh boot per value).
@@ -185,13 +189,25 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
                 workload: workload.clone(),
                 seed: point_seed(spec.experiment.seed, index as u64, u64::from(rep)),
                 vm_vcpus,
+                boot_group: boot_group(rep, spec.experiment.repetitions, spec.experiment.boots),
             });
         }
     }
-    // Repetitions outermost, so an interrupted run has whole sweeps done;
-    // within one, points of one vCPU count together (one boot each).
+    // Repetitions outermost, so an interrupted run has whole sweeps done
+    // (and a boot group's repetitions are consecutive); within one, points
+    // of one vCPU count together (one boot each).
     points.sort_by_key(|p| (p.rep, p.vm_vcpus, p.point));
     Ok(Plan { points, devices })
+}
+
+/// The boot of repetition `rep` when `reps` repetitions are spread over
+/// `boots` boots: consecutive repetitions share one, as evenly as they
+/// divide (7 over 3: 3, 2, 2).
+pub fn boot_group(rep: u32, reps: u32, boots: u32) -> u32 {
+    let boots = boots.clamp(1, reps.max(1));
+    // Group g holds the repetitions from ceil(g·reps/boots) on.
+    let (rep, reps, boots) = (u64::from(rep), u64::from(reps), u64::from(boots));
+    ((rep * boots) / reps.max(1)).min(boots - 1) as u32
 }
 
 /// A helper linked dynamically (testbed-odbc) runs in a guest only on a
@@ -555,6 +571,46 @@ block_size = [512, 4096]
         // Seeds differ per point and repetition but are reproducible.
         assert_ne!(p.points[0].seed, p.points[6].seed);
         assert_eq!(plan(&s).unwrap().points[3].seed, p.points[3].seed);
+    }
+
+    #[test]
+    fn boots_spread_consecutive_repetitions_evenly() {
+        let groups = |reps: u32, boots: u32| -> Vec<u32> {
+            (0..reps).map(|r| boot_group(r, reps, boots)).collect()
+        };
+        assert_eq!(groups(7, 3), [0, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(groups(3, 3), [0, 1, 2]);
+        assert_eq!(groups(4, 1), [0, 0, 0, 0]);
+        assert_eq!(groups(6, 2), [0, 0, 0, 1, 1, 1]);
+        // The plan carries them: each repetition's points in its group.
+        let s = crate::spec::parse(
+            Path::new("t.toml"),
+            &SPEC.replace("repetitions = 2", "repetitions = 2\nboots = 2"),
+        )
+        .unwrap();
+        let p = plan(&s).unwrap();
+        assert!(
+            p.points.iter().all(|pt| pt.boot_group == pt.rep),
+            "{:?}",
+            p.points
+        );
+        let one = plan(&crate::spec::parse(Path::new("t.toml"), SPEC).unwrap()).unwrap();
+        assert!(one.points.iter().all(|pt| pt.boot_group == 0));
+    }
+
+    #[test]
+    fn boots_beyond_repetitions_or_off_the_qemu_executor_are_refused() {
+        let err = |text: String| crate::spec::parse(Path::new("t.toml"), &text).unwrap_err();
+        let e = err(SPEC.replace("repetitions = 2", "repetitions = 2\nboots = 3"));
+        assert_eq!(e.field.as_deref(), Some("experiment.boots"), "{e}");
+        assert!(e.to_string().contains("3 boots for 2 repetitions"), "{e}");
+        let e = err(SPEC.replace("repetitions = 2", "repetitions = 2\nboots = 0"));
+        assert!(e.to_string().contains("at least 1"), "{e}");
+        let e = err(SPEC.replace(
+            "repetitions = 2",
+            "repetitions = 2\nboots = 2\nexecutor = \"host\"",
+        ));
+        assert!(e.to_string().contains("needs the qemu executor"), "{e}");
     }
 
     #[test]

@@ -132,6 +132,12 @@ pub struct Experiment {
     pub executor: ExecutorKind,
     #[serde(default = "one")]
     pub repetitions: u32,
+    /// Boots the repetitions are spread over (qemu executor, one boot per
+    /// run): repetitions r·boots/repetitions.. share boot r, so the
+    /// variation between boots is in the repetitions' spread, and the
+    /// estimates resample boots first, then repetitions within them.
+    #[serde(default = "one")]
+    pub boots: u32,
     #[serde(default)]
     pub seed: u64,
 }
@@ -570,6 +576,37 @@ fn backticked(msg: &str) -> Option<String> {
     Some(msg[start..start + len].to_string())
 }
 
+/// `boots` spreads repetitions over fresh boots of one run: it needs
+/// repetitions to spread and a VM booted once per run.
+fn check_boots(loaded: &LoadedSpec) -> Result<(), SpecError> {
+    let e = &loaded.spec.experiment;
+    let at = |m: String| loaded.error_at("experiment", Some("boots"), m);
+    if e.boots == 0 {
+        return Err(at("must be at least 1".into()));
+    }
+    if e.boots == 1 {
+        return Ok(());
+    }
+    if e.boots > e.repetitions {
+        return Err(at(format!(
+            "{} boots for {} repetitions: at most one boot per repetition",
+            e.boots, e.repetitions
+        )));
+    }
+    if e.executor != ExecutorKind::Qemu {
+        return Err(at(format!(
+            "spreading repetitions over boots needs the qemu executor (this spec runs on {:?})",
+            e.executor
+        )));
+    }
+    if loaded.spec.vm.boot == BootPolicy::PerPoint {
+        return Err(at(
+            "[vm] boot = \"per-point\" already boots for every point: drop boots".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let spec = &loaded.spec;
     if let Err(why) = check_experiment_name(&spec.experiment.name) {
@@ -578,6 +615,7 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     if spec.experiment.repetitions == 0 {
         return Err(loaded.error_at("experiment", Some("repetitions"), "must be at least 1"));
     }
+    check_boots(loaded)?;
     if spec.vm.vcpus == 0 || spec.vm.vcpus > 64 {
         return Err(loaded.error_at("vm", Some("vcpus"), "must be between 1 and 64"));
     }

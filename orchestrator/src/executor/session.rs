@@ -422,6 +422,7 @@ mod tests {
             }),
             seed: 7,
             vm_vcpus: None,
+            boot_group: 0,
         }
     }
 

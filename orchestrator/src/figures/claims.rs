@@ -863,6 +863,7 @@ mod tests {
                 .map(|(r, &value)| Rep {
                     id: Some((job, r)),
                     value,
+                    boot: None,
                 })
                 .collect(),
         }

@@ -305,6 +305,7 @@ mod tests {
             .map(|(i, &value)| Rep {
                 id: Some((0, i as u32)),
                 value,
+                boot: None,
             })
             .collect();
         SeriesPoint {

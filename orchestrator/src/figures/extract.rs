@@ -186,6 +186,8 @@ impl Axis {
 }
 
 type Units = BTreeMap<(u32, u32), Vec<f64>>;
+/// The boot of each (point, repetition), from the manifest.
+type Boots = BTreeMap<(u32, u32), u32>;
 
 fn series_label(panel: &Panel, base: &str) -> String {
     match (panel.series.label.is_empty(), base.is_empty()) {
@@ -249,6 +251,14 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
             .push(r.value);
     }
 
+    // The boot that ran each (point, repetition): repetitions spread over
+    // boots are resampled boot first.
+    let boots: Boots = run
+        .manifest
+        .points
+        .iter()
+        .map(|p| ((p.point, p.rep), p.boot))
+        .collect();
     let mut series: BTreeMap<String, Series> = BTreeMap::new();
     let mut push =
         |key: String, base: &str, label: String, x: XKey, est: Estimate, reps: &[Rep]| {
@@ -283,14 +293,14 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                         Some(Rep {
                             id: Some(*k),
                             value: unit_value(panel, v)?,
+                            boot: boots.get(k).copied(),
                         })
                     })
                     .collect();
-                let per_rep: Vec<f64> = reps.iter().map(|r| r.value).collect();
                 let raw = (panel.y.kind == MetricKind::Raw && units.len() == 1)
                     .then(|| units.values().next().map(|v| (v.as_slice(), panel.y.stat)))
                     .flatten();
-                if let Some(est) = stats::estimate(&per_rep, raw) {
+                if let Some(est) = stats::estimate_reps(&reps, raw) {
                     push(
                         base.clone(),
                         base,
@@ -317,9 +327,8 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                     let Some(nu) = groups.get(&(base.clone(), Some(num.clone()), x.clone())) else {
                         continue;
                     };
-                    let reps = paired_ratios(panel, nu, den);
-                    let ratios: Vec<f64> = reps.iter().map(|r| r.value).collect();
-                    if let Some(est) = stats::estimate(&ratios, None) {
+                    let reps = paired_ratios(panel, nu, den, &boots);
+                    if let Some(est) = stats::estimate_reps(&reps, None) {
                         let label = if base.is_empty() {
                             format!("{num}/{}", ratio.denominator)
                         } else {
@@ -410,7 +419,7 @@ pub fn unavailable_reason(run: &RunData, metric: &str) -> Option<String> {
 /// numerator / denominator per repetition: the same (point, rep) when the
 /// engines ran interleaved in one job (keeping that id), else in order of
 /// repetition (no id: the pair is not one repetition of anything).
-fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<Rep> {
+fn paired_ratios(panel: &Panel, num: &Units, den: &Units, boots: &Boots) -> Vec<Rep> {
     let mut out = Vec::new();
     let mut leftover_num = Vec::new();
     let mut used = BTreeSet::new();
@@ -421,6 +430,7 @@ fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<Rep> {
                 out.extend(ratio(panel, v, d).map(|value| Rep {
                     id: Some(*k),
                     value,
+                    boot: boots.get(k).copied(),
                 }));
             }
             None => leftover_num.push(v),
@@ -431,7 +441,11 @@ fn paired_ratios(panel: &Panel, num: &Units, den: &Units) -> Vec<Rep> {
         .filter(|(k, _)| !used.contains(*k))
         .map(|(_, v)| v);
     for (n, d) in leftover_num.into_iter().zip(leftover_den) {
-        out.extend(ratio(panel, n, d).map(|value| Rep { id: None, value }));
+        out.extend(ratio(panel, n, d).map(|value| Rep {
+            id: None,
+            value,
+            boot: None,
+        }));
     }
     out
 }

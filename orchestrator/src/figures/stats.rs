@@ -1,6 +1,13 @@
 //! Statistics of figures: per-repetition statistics, the median over
 //! repetitions with a 95 % percentile-bootstrap interval (fixed seed, so a
 //! redraw gives the same numbers), and least-squares fits for claims.
+//!
+//! Repetitions spread over boots are resampled hierarchically, as Kalibera
+//! and Jones recommend for benchmarks with variation at several levels:
+//! boots first (with replacement), then each drawn boot's repetitions
+//! (with replacement). Boot-to-boot drift is then in the interval, which a
+//! flat resample of repetitions from one boot cannot see. With one boot,
+//! or one repetition per boot, it is the flat bootstrap (same draws).
 
 use super::def::Stat;
 
@@ -114,18 +121,94 @@ pub fn stat(v: &[f64], s: Stat) -> Option<f64> {
     })
 }
 
+/// Repetitions grouped by the boot that ran them: what a hierarchical
+/// resample draws from. A repetition with no known boot is a boot of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Levels {
+    /// Indices into the repetitions, one list per boot, in first-seen order.
+    groups: Vec<Vec<usize>>,
+}
+
+impl Levels {
+    /// Every value a boot of its own: the flat bootstrap.
+    pub fn flat(n: usize) -> Levels {
+        Levels {
+            groups: (0..n).map(|i| vec![i]).collect(),
+        }
+    }
+
+    pub fn of(boots: &[Option<u32>]) -> Levels {
+        let mut groups: Vec<(Option<u32>, Vec<usize>)> = Vec::new();
+        for (i, b) in boots.iter().enumerate() {
+            match groups.iter_mut().find(|(g, _)| b.is_some() && g == b) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((*b, vec![i])),
+            }
+        }
+        Levels {
+            groups: groups.into_iter().map(|(_, m)| m).collect(),
+        }
+    }
+
+    /// How many boots the repetitions came from.
+    pub fn boots(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// One hierarchical resample's indices into `out`: boots drawn with
+    /// replacement, then each drawn boot's repetitions with replacement.
+    /// A single boot is not drawn, a single repetition not redrawn, so
+    /// the flat cases consume the random stream as a flat bootstrap does.
+    pub fn draw(&self, rng: &mut Rng, out: &mut Vec<usize>) {
+        out.clear();
+        let within = |g: &Vec<usize>, rng: &mut Rng, out: &mut Vec<usize>| {
+            if g.len() == 1 {
+                out.push(g[0]);
+            } else {
+                for _ in 0..g.len() {
+                    out.push(g[rng.below(g.len())]);
+                }
+            }
+        };
+        match self.groups.as_slice() {
+            [] => {}
+            [one] => {
+                for _ in 0..one.len() {
+                    out.push(one[rng.below(one.len())]);
+                }
+            }
+            groups => {
+                for _ in 0..groups.len() {
+                    within(&groups[rng.below(groups.len())], rng, out);
+                }
+            }
+        }
+    }
+}
+
 /// 95 % percentile-bootstrap interval of `f` over `v`.
 pub fn bootstrap<F: Fn(&[f64]) -> Option<f64>>(v: &[f64], f: F) -> Option<(f64, f64)> {
+    bootstrap_levels(v, &Levels::flat(v.len()), f)
+}
+
+/// 95 % percentile-bootstrap interval of `f` over `v`, resampled by
+/// `levels` (boots, then repetitions within them).
+pub fn bootstrap_levels<F: Fn(&[f64]) -> Option<f64>>(
+    v: &[f64],
+    levels: &Levels,
+    f: F,
+) -> Option<(f64, f64)> {
     if v.len() < 2 {
         return None;
     }
     let mut rng = Rng::new(SEED);
-    let mut buf = vec![0.0; v.len()];
+    let mut idx = Vec::with_capacity(v.len());
+    let mut buf = Vec::with_capacity(v.len());
     let mut stats = Vec::with_capacity(RESAMPLES);
     for _ in 0..RESAMPLES {
-        for b in buf.iter_mut() {
-            *b = v[rng.below(v.len())];
-        }
+        levels.draw(&mut rng, &mut idx);
+        buf.clear();
+        buf.extend(idx.iter().map(|&i| v[i]));
         stats.push(f(&buf)?);
     }
     stats.sort_by(f64::total_cmp);
@@ -138,10 +221,29 @@ pub fn bootstrap<F: Fn(&[f64]) -> Option<f64>>(v: &[f64], f: F) -> Option<(f64, 
 /// Median over repetitions with its interval; with a single repetition the
 /// interval comes from that repetition's raw samples when there are some.
 pub fn estimate(per_rep: &[f64], single_rep_samples: Option<(&[f64], Stat)>) -> Option<Estimate> {
+    estimate_levels(per_rep, &Levels::flat(per_rep.len()), single_rep_samples)
+}
+
+/// The median of repetitions with their interval from a hierarchical
+/// resample (boots, then repetitions): see the module's comment.
+pub fn estimate_reps(reps: &[Rep], single_rep_samples: Option<(&[f64], Stat)>) -> Option<Estimate> {
+    let values: Vec<f64> = reps.iter().map(|r| r.value).collect();
+    let boots: Vec<Option<u32>> = reps.iter().map(|r| r.boot).collect();
+    estimate_levels(&values, &Levels::of(&boots), single_rep_samples)
+}
+
+fn estimate_levels(
+    per_rep: &[f64],
+    levels: &Levels,
+    single_rep_samples: Option<(&[f64], Stat)>,
+) -> Option<Estimate> {
     let value = median(per_rep)?;
     let n = per_rep.len();
     let (ci, method) = if n >= 2 {
-        (bootstrap(per_rep, median), CiMethod::Repetitions)
+        (
+            bootstrap_levels(per_rep, levels, median),
+            CiMethod::Repetitions,
+        )
     } else {
         match single_rep_samples {
             Some((raw, s)) if raw.len() >= 2 => (bootstrap(raw, |b| stat(b, s)), CiMethod::Samples),
@@ -164,6 +266,10 @@ pub fn estimate(per_rep: &[f64], single_rep_samples: Option<(&[f64], Stat)>) -> 
 pub struct Rep {
     pub id: Option<(u32, u32)>,
     pub value: f64,
+    /// The boot that measured it, where known: repetitions of one boot
+    /// are resampled together (hierarchical bootstrap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot: Option<u32>,
 }
 
 /// What one point's median is resampled from.
@@ -218,16 +324,24 @@ where
     F: Fn(&[f64]) -> Option<f64>,
 {
     // Repetitions in id order, so the same index is the same repetition.
-    let reps: Vec<Vec<f64>> = points
+    let sorted_reps: Vec<Vec<Rep>> = points
         .iter()
         .map(|p| match p {
             Spread::Reps(r) => {
                 let mut r = r.to_vec();
                 r.sort_by_key(|r| r.id);
-                r.into_iter().map(|r| r.value).collect()
+                r
             }
             Spread::Normal { .. } => Vec::new(),
         })
+        .collect();
+    let reps: Vec<Vec<f64>> = sorted_reps
+        .iter()
+        .map(|r| r.iter().map(|r| r.value).collect())
+        .collect();
+    let levels: Vec<Levels> = sorted_reps
+        .iter()
+        .map(|r| Levels::of(&r.iter().map(|r| r.boot).collect::<Vec<_>>()))
         .collect();
     let ids: Vec<Option<Vec<(u32, u32)>>> = points
         .iter()
@@ -246,17 +360,14 @@ where
         })
         .collect();
     let mut rng = Rng::new(SEED);
-    let mut idx: Vec<Vec<usize>> = reps.iter().map(|r| vec![0; r.len()]).collect();
+    let mut idx: Vec<Vec<usize>> = reps.iter().map(|r| Vec::with_capacity(r.len())).collect();
     let mut meds = vec![0.0; points.len()];
     let mut buf = Vec::new();
     let mut stats = Vec::with_capacity(RESAMPLES);
     for _ in 0..RESAMPLES {
         for i in 0..points.len() {
-            if leader[i] == i {
-                let n = reps[i].len();
-                for k in idx[i].iter_mut() {
-                    *k = rng.below(n);
-                }
+            if leader[i] == i && !reps[i].is_empty() {
+                levels[i].draw(&mut rng, &mut idx[i]);
             }
         }
         for (i, p) in points.iter().enumerate() {
@@ -383,8 +494,63 @@ mod tests {
             .map(|(&id, &value)| Rep {
                 id: Some(id),
                 value,
+                boot: None,
             })
             .collect()
+    }
+
+    #[test]
+    fn repetitions_group_by_boot_and_unknown_boots_stand_alone() {
+        let l = Levels::of(&[Some(3), Some(1), Some(3), None, None, Some(1)]);
+        assert_eq!(l.groups, [vec![0, 2], vec![1, 5], vec![3], vec![4]]);
+        assert_eq!(l.boots(), 4);
+    }
+
+    #[test]
+    fn one_boot_or_one_repetition_per_boot_is_the_flat_bootstrap() {
+        let v = [10.0, 12.0, 11.0, 13.0, 9.0, 10.5];
+        let flat = bootstrap(&v, median).unwrap();
+        let one_boot = Levels::of(&[Some(0); 6]);
+        let each_own: Vec<Option<u32>> = (0..6).map(Some).collect();
+        assert_eq!(bootstrap_levels(&v, &one_boot, median).unwrap(), flat);
+        assert_eq!(
+            bootstrap_levels(&v, &Levels::of(&each_own), median).unwrap(),
+            flat
+        );
+    }
+
+    #[test]
+    fn boot_to_boot_drift_widens_the_interval_a_flat_resample_hides() {
+        // Three boots that each measure tightly around their own level
+        // (10, 10.5, 11): the level a fourth boot lands on is uncertain by
+        // about a whole unit, which ten repetitions per boot do not change.
+        let mut v = Vec::new();
+        let mut boots = Vec::new();
+        for (b, level) in [10.0, 10.5, 11.0].into_iter().enumerate() {
+            for k in 0..10 {
+                v.push(level + 0.01 * f64::from(k));
+                boots.push(Some(b as u32));
+            }
+        }
+        let (flo, fhi) = bootstrap(&v, median).unwrap();
+        let (hlo, hhi) = bootstrap_levels(&v, &Levels::of(&boots), median).unwrap();
+        assert!(
+            hhi - hlo > 1.5 * (fhi - flo),
+            "hierarchical [{hlo}, {hhi}] vs flat [{flo}, {fhi}]"
+        );
+        assert!(hlo <= 10.1 && hhi >= 10.9, "[{hlo}, {hhi}]");
+        // And estimate_reps carries it from the reps' boots.
+        let reps: Vec<Rep> = v
+            .iter()
+            .zip(&boots)
+            .map(|(&value, &boot)| Rep {
+                id: None,
+                value,
+                boot,
+            })
+            .collect();
+        let e = estimate_reps(&reps, None).unwrap();
+        assert_eq!((e.lo, e.hi), (Some(hlo), Some(hhi)));
     }
 
     #[test]

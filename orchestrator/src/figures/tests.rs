@@ -40,6 +40,7 @@ fn point(p: u32, rep: u32, params: &[(&str, toml::Value)]) -> Point {
         ),
         seed: 7,
         vm_vcpus: None,
+        boot_group: 0,
     }
 }
 

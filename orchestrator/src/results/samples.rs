@@ -393,6 +393,7 @@ mod tests {
             ),
             seed: 1,
             vm_vcpus: None,
+            boot_group: 0,
         }
     }
 

@@ -78,11 +78,13 @@ pub(super) fn run_boots(
     let mut fatal: Option<String> = None;
     while !queue.is_empty() && stop.is_none() {
         let batch: Vec<Point> = match boot_policy {
-            // One boot per vCPU count of a `vm.vcpus` sweep (the plan
-            // keeps each count's points together).
+            // One boot per vCPU count of a `vm.vcpus` sweep and per boot
+            // group of the repetitions (the plan keeps each together).
             BootPolicy::PerRun => queue
                 .iter()
-                .take_while(|p| p.vm_vcpus == queue[0].vm_vcpus)
+                .take_while(|p| {
+                    (p.vm_vcpus, p.boot_group) == (queue[0].vm_vcpus, queue[0].boot_group)
+                })
                 .cloned()
                 .collect(),
             BootPolicy::PerPoint => queue[..1].to_vec(),

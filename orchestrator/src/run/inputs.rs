@@ -183,6 +183,7 @@ fn pair_setup(loaded: &LoadedSpec) -> Option<crate::executor::qemu::PairSetup> {
             workload,
             seed: crate::plan::point_seed(loaded.spec.experiment.seed, u64::MAX, 0),
             vm_vcpus: None,
+            boot_group: 0,
         },
         server_addr: t.server_address.clone(),
         client_addr: t.client_address.clone(),

@@ -488,6 +488,26 @@ mod tests {
     const IDS: [&str; 3] = ["p0000-r00", "p0000-r01", "p0000-r02"];
 
     #[test]
+    fn repetitions_spread_over_boots_get_a_boot_each() {
+        let c = case();
+        // The qemu executor (the stand-in runs it): 3 repetitions, 3 boots.
+        std::fs::write(
+            &c.spec,
+            "[experiment]\nname = \"t\"\nrepetitions = 3\nboots = 3\n\n[workload]\nkind = \"fault\"\nmode = \"error\"\n",
+        )
+        .unwrap();
+        let r = c.fresh(all_done()).unwrap();
+        assert_eq!(r.manifest.status, manifest::RunStatus::Complete);
+        assert_eq!(*c.boots.borrow(), [0, 1, 2]);
+        let by_boot: Vec<(u32, u32)> = r.manifest.points.iter().map(|p| (p.rep, p.boot)).collect();
+        assert_eq!(by_boot, [(0, 0), (1, 1), (2, 2)]);
+        // One boot (the default) runs them all.
+        let one = case();
+        one.fresh(all_done()).unwrap();
+        assert_eq!(*one.boots.borrow(), [0]);
+    }
+
+    #[test]
     fn a_point_that_cannot_be_stored_fails_the_run_loudly() {
         let c = case();
         // Something in the way of the second point's samples file, as the
