@@ -41,6 +41,19 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         m.started_at,
         m.finished_at.as_deref().unwrap_or("-")
     ));
+    let variance = crate::results::levels::describe(&m.variance, 8);
+    if !variance.is_empty() {
+        s.push_str(
+            "variance   by level (Kalibera and Jones; median over points):
+",
+        );
+        for line in variance {
+            s.push_str(&format!(
+                "  {line}
+"
+            ));
+        }
+    }
     let done = m.points.iter().filter(|p| p.ok).count();
     s.push_str(&format!(
         "points     {done} done, {} failed\n",

@@ -101,9 +101,13 @@ pub fn vm(run: &RunData) -> Option<String> {
 fn ci_words(panels: &[&PanelData]) -> String {
     let mut methods = Vec::new();
     let mut ns = Vec::new();
+    let mut most_boots = 1;
     for p in panels {
         for s in &p.series {
             for pt in &s.points {
+                let boots: std::collections::BTreeSet<Option<u32>> =
+                    pt.reps.iter().map(|r| r.boot).collect();
+                most_boots = most_boots.max(boots.len());
                 if !methods.contains(&pt.est.ci) {
                     methods.push(pt.est.ci);
                 }
@@ -122,7 +126,11 @@ fn ci_words(panels: &[&PanelData]) -> String {
     };
     let mut how = Vec::new();
     if methods.contains(&CiMethod::Repetitions) {
-        how.push("over repetitions");
+        how.push(if most_boots > 1 {
+            "over repetitions spread over boots (boots resampled first, then repetitions within each)"
+        } else {
+            "over repetitions"
+        });
     }
     if methods.contains(&CiMethod::Samples) {
         how.push("over the raw samples of the one repetition");

@@ -178,6 +178,7 @@ impl Synth {
             guest: None,
             boots: Vec::new(),
             boot_to_agent_ms: Vec::new(),
+            variance: Vec::new(),
             devices: vec![
                 serde_json::from_value(serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M", "logical_block_size": 512, "backend": "file"}}))
                     .unwrap(),

@@ -157,6 +157,10 @@ pub struct Manifest {
     pub devices: Vec<DeviceEntry>,
     pub seed: u64,
     pub points: Vec<PointRecord>,
+    /// Each summary number's spread within a boot and between boots
+    /// (results/levels.rs); empty when no point has two repetitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variance: Vec<super::levels::LevelVariance>,
     pub started_at: String,
     pub finished_at: Option<String>,
     pub wall_s: Option<f64>,

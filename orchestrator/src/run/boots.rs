@@ -11,7 +11,7 @@ use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
 use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
 use crate::results::rundir::RunDir;
-use crate::results::{samples, summary_table};
+use crate::results::{levels, samples, summary_table};
 use crate::spec::BootPolicy;
 
 /// How the boots ended: every record, and why they stopped early if so.
@@ -242,6 +242,8 @@ pub(super) fn finish(
         }
     }
     m.points = records.values().cloned().collect();
+    let done: Vec<&PointRecord> = m.points.iter().filter(|p| p.ok).collect();
+    m.variance = levels::of_records(&done, level_costs(&m, &done));
     let any_failed = m.points.iter().any(|p| !p.ok);
     m.status = match stop {
         Some(s) => s,
@@ -261,6 +263,20 @@ pub(super) fn finish(
         ))),
         _ => Ok(RunResult { dir, manifest: m }),
     }
+}
+
+/// What one more boot and one more repetition of the sweep cost this run:
+/// the median boot to agent, and the points' wall time per repetition.
+fn level_costs(m: &Manifest, done: &[&PointRecord]) -> Option<levels::Costs> {
+    let mut boots: Vec<u64> = m.boot_to_agent_ms.clone();
+    boots.sort_unstable();
+    let boot_s = *boots.get(boots.len() / 2)? as f64 / 1000.0;
+    let reps: BTreeSet<u32> = done.iter().map(|p| p.rep).collect();
+    let wall: f64 = done.iter().filter_map(|p| p.wall_s).sum();
+    (!reps.is_empty()).then(|| levels::Costs {
+        boot_s,
+        repetition_s: wall / reps.len() as f64,
+    })
 }
 
 /// Checks that each of `ids` has its record on disk and, if finished, its

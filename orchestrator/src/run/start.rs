@@ -114,6 +114,7 @@ pub(crate) fn begin(
         guest: None,
         boots: Vec::new(),
         boot_to_agent_ms: Vec::new(),
+        variance: Vec::new(),
         devices: Vec::new(),
         seed: spec.experiment.seed,
         points: previous.values().cloned().collect(),
