@@ -3,7 +3,7 @@
 //! escape sequences, overlong lines, truncated streams — the session must
 //! not panic, must end, and must keep only what it checked.
 //!
-//! Runs for TESTBED_FUZZ_SECS seconds (default 5; CI gives 60). A failure
+//! Runs for TESTBED_FUZZ_SECS seconds (default 2; `./x test` gives 20). A failure
 //! prints arbtest's seed: add it to `REGRESSIONS` to keep it.
 
 use std::cell::Cell;
@@ -27,7 +27,7 @@ fn budget() -> Duration {
     let secs = std::env::var("TESTBED_FUZZ_SECS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(5);
+        .unwrap_or(2);
     Duration::from_secs(secs)
 }
 

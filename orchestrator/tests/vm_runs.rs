@@ -707,3 +707,120 @@ fn flight_between_two_vms_on_a_socket_link() {
     assert!(out.join("console-server.log").exists() && out.join("console-client.log").exists());
     assert!(qemus_of_run(&out).is_empty(), "both VMs ended");
 }
+
+/// Numbers that another test's load would move: run alone (nextest's
+/// `measures::` rule, .config/nextest.toml).
+mod measures {
+    use super::*;
+
+    /// The smoke experiment (so its figure, smoke-latency, is drawn from it)
+    /// on a null-co namespace that completes each read after `latency_ns`,
+    /// five repetitions spread over five boots.
+    fn slow_device_spec(latency_ns: u64) -> String {
+        format!(
+            r#"
+[experiment]
+name = "smoke"
+repetitions = 5
+boots = 5
+seed = 11
+
+[vm]
+vcpus = 2
+memory = "512M"
+
+[[devices]]
+name = "data"
+kind = "nvme"
+size = "64M"
+backend = "null"
+latency_ns = {latency_ns}
+
+[workload]
+kind = "randread"
+device = "data"
+block_size = 512
+reads_per_thread = 150
+warmup_reads = 10
+
+[sweep]
+threads = [1, 2]
+"#
+        )
+    }
+
+    /// `testbed compare A B`: its text, and each flagged row as
+    /// "figure / panel: row".
+    fn compare(a: &Path, b: &Path) -> (String, Vec<String>) {
+        let o = run(&["compare", a.to_str().unwrap(), b.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let mut panel = String::new();
+        let mut flagged = Vec::new();
+        for line in out.lines() {
+            if !line.starts_with(' ') && line.contains(" / ") {
+                panel = line.to_string();
+            } else if line.contains("REGRESSION") || line.contains("improvement") {
+                flagged.push(format!("{panel}: {}", line.trim()));
+            }
+        }
+        (out, flagged)
+    }
+
+    #[test]
+    #[ignore = "boots QEMU 15 times (about a minute under TCG)"]
+    fn compare_flags_a_device_ten_percent_slower_and_not_a_rerun_on_the_same() {
+        let _g = serial();
+        let t = tempfile::tempdir().unwrap();
+        // 2 ms per read: the device, not TCG's ~150 µs, sets the latency,
+        // so a 10 % slower device is a ~9 % slower read on any host.
+        let base = write_spec(t.path(), "base.toml", &slow_device_spec(2_000_000));
+        let slow = write_spec(t.path(), "slow.toml", &slow_device_spec(2_200_000));
+        let runs: Vec<PathBuf> = [("a1", &base), ("a2", &base), ("b", &slow)]
+            .into_iter()
+            .map(|(name, spec)| {
+                let out = t.path().join(name);
+                let o = run_spec(spec, &out, &[]);
+                assert!(o.status.success(), "{name}: {}", text(&o));
+                let m = manifest(&out);
+                assert_eq!(m["status"], "complete", "{name}");
+                // Each repetition had a boot of its own.
+                let boots: std::collections::BTreeSet<u64> = points(&m)
+                    .iter()
+                    .map(|p| p["boot"].as_u64().unwrap())
+                    .collect();
+                assert_eq!(boots.len(), 5, "{name}: {m}");
+                out
+            })
+            .collect();
+
+        let (same, flagged) = compare(&runs[0], &runs[1]);
+        eprintln!("A/A (same device, fresh boots):\n{same}");
+        assert!(!same.starts_with("0 values"), "{same}");
+        assert!(
+            flagged.is_empty(),
+            "a rerun flagged nothing: {flagged:?}\n{same}"
+        );
+
+        let (slower, flagged) = compare(&runs[0], &runs[2]);
+        eprintln!("A/B (device 10 % slower):\n{slower}");
+        let regressions: Vec<&String> = flagged
+            .iter()
+            .filter(|l| l.contains("REGRESSION"))
+            .collect();
+        // Both threads' latency and IOPS got worse beyond 5 %.
+        assert!(
+            regressions
+                .iter()
+                .filter(|l| l.contains("/ latency:"))
+                .count()
+                == 2
+                && regressions.iter().filter(|l| l.contains("/ iops:")).count() == 2,
+            "{slower}"
+        );
+        // The show of a run spread over boots reports the variance by level.
+        let s = run(&["show", runs[0].to_str().unwrap()]);
+        assert!(text(&s).contains("variance   by level"), "{}", text(&s));
+        eprintln!("{}", text(&s));
+    }
+}

@@ -10,7 +10,8 @@
 //! A point needs two or more repetitions on both sides: one repetition's
 //! samples-based interval is no measure of run-to-run spread ("no
 //! interval"). Variation between boots is in the interval only as far as
-//! the runs' repetitions spread over boots.
+//! the runs' repetitions spread over boots (`[experiment] boots`): then
+//! each run is resampled boot first, then repetitions within each boot.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
