@@ -41,7 +41,7 @@ impl HostLimits {
     pub fn current() -> Self {
         HostLimits {
             mem_total: crate::hostinfo::mem_total_bytes(),
-            figures_dir: crate::figures::def::default_dir(),
+            figures_dir: crate::paths::figure_defs(),
         }
     }
 }
@@ -626,7 +626,7 @@ block_size = [512, 4096]
     fn limits(mem_total: Option<u64>) -> HostLimits {
         HostLimits {
             mem_total,
-            figures_dir: crate::figures::def::default_dir(),
+            figures_dir: crate::paths::figure_defs(),
         }
     }
 
