@@ -437,7 +437,7 @@ pub fn device_refs(loaded: &LoadedSpec) -> BTreeMap<String, DeviceRef> {
             // The real size is read from the controller at run time; until
             // then a passthrough device is not limited by the planner.
             DeviceKind::Vfio => u64::MAX,
-            _ => d.size.map_or(0, |s| s.bytes()),
+            DeviceKind::Nvme | DeviceKind::VirtioBlk => d.size.map_or(0, |s| s.bytes()),
         };
         let namespaces = d.namespaces.unwrap_or(1);
         for ns in 1..=namespaces {
