@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, PartialEq)]
 struct Import {
     line: usize,
-    /// The path as written, `crate::` included (for a grouped `use`, the
-    /// group's member: `crate::{a, b::c}` gives `crate::a` and `crate::b::c`).
+    /// The path as written, `crate::` (or the `super::` chain) included; for
+    /// a grouped `use`, the member: `crate::{a, b::c}` gives `crate::a` and
+    /// `crate::b::c`.
     path: String,
     /// Its first segment: the top-level module it reaches into.
     module: String,
@@ -153,22 +154,71 @@ fn ident_before(c: &[char], i: usize) -> bool {
     i > 0 && is_ident(c[i - 1])
 }
 
-/// Every `crate::` path in `src`: in `use` lines, grouped `use crate::{…}`
-/// (nested and over several lines), and inline in code.
-fn crate_paths(src: &str) -> Vec<Import> {
+/// For each char of `code`, how many inline `mod name { … }` blocks are open.
+fn mod_nesting(code: &[char]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(code.len());
+    let (mut depth, mut opened, mut pending) = (0usize, Vec::new(), false);
+    for (i, &ch) in code.iter().enumerate() {
+        if code[i..].starts_with(&['m', 'o', 'd'])
+            && !ident_before(code, i)
+            && !code.get(i + 3).is_some_and(|&c| is_ident(c))
+        {
+            pending = true;
+        }
+        match ch {
+            '{' => {
+                depth += 1;
+                if pending {
+                    opened.push(depth);
+                    pending = false;
+                }
+            }
+            '}' => {
+                if opened.last() == Some(&depth) {
+                    opened.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            ';' => pending = false,
+            _ => {}
+        }
+        out.push(opened.len());
+    }
+    out
+}
+
+/// Every path from the crate root in `src`, a file `file_depth` modules
+/// below the root: `crate::` in `use` lines, grouped `use crate::{…}`
+/// (nested and over several lines), and inline in code; and a `super::`
+/// chain that climbs to the root.
+fn crate_paths(src: &str, file_depth: usize) -> Vec<Import> {
     let code: Vec<char> = code_only(src).chars().collect();
+    let nesting = mod_nesting(&code);
     let line_of = |at: usize| code[..at].iter().filter(|&&ch| ch == '\n').count() + 1;
-    let key: Vec<char> = "crate::".chars().collect();
+    let crate_key: Vec<char> = "crate::".chars().collect();
+    let super_key: Vec<char> = "super::".chars().collect();
     let mut found = Vec::new();
     let mut i = 0;
-    while i + key.len() <= code.len() {
-        let starts = code[i..i + key.len()] == key[..]
-            && !(ident_before(&code, i) || (i > 0 && matches!(code[i - 1], '$' | ':')));
-        if !starts {
+    while i < code.len() {
+        if ident_before(&code, i) || (i > 0 && matches!(code[i - 1], '$' | ':')) {
             i += 1;
             continue;
         }
-        let mut j = i + key.len();
+        let mut j = i;
+        if code[i..].starts_with(&crate_key) {
+            j += crate_key.len();
+        } else {
+            let mut climbs = 0;
+            while code[j..].starts_with(&super_key) {
+                climbs += 1;
+                j += super_key.len();
+            }
+            if climbs == 0 || climbs != file_depth + nesting[i] {
+                i = j.max(i + 1);
+                continue;
+            }
+        }
+        let prefix: String = code[i..j].iter().collect();
         while code.get(j).is_some_and(|ch| ch.is_whitespace()) {
             j += 1;
         }
@@ -183,7 +233,7 @@ fn crate_paths(src: &str) -> Vec<Import> {
                     '}' | ',' if depth == 1 => {
                         let member: String = code[member_start..k].iter().collect();
                         let at = member_start + member.len() - member.trim_start().len();
-                        push_path(&mut found, line_of(at), member.trim());
+                        push_path(&mut found, line_of(at), &prefix, member.trim());
                         member_start = k + 1;
                         if code[k] == '}' {
                             break;
@@ -200,14 +250,14 @@ fn crate_paths(src: &str) -> Vec<Import> {
                 .find(|&k| !(is_ident(code[k]) || code[k] == ':'))
                 .unwrap_or(code.len());
             let path: String = code[j..end].iter().collect();
-            push_path(&mut found, line_of(i), path.trim_end_matches(':'));
+            push_path(&mut found, line_of(i), &prefix, path.trim_end_matches(':'));
             i = end;
         }
     }
     found
 }
 
-fn push_path(found: &mut Vec<Import>, line: usize, rest: &str) {
+fn push_path(found: &mut Vec<Import>, line: usize, prefix: &str, rest: &str) {
     let module: String = rest.chars().take_while(|&ch| is_ident(ch)).collect();
     if module.is_empty() || module == "self" {
         return;
@@ -215,7 +265,7 @@ fn push_path(found: &mut Vec<Import>, line: usize, rest: &str) {
     let path: String = rest.split_whitespace().collect::<Vec<_>>().join(" ");
     found.push(Import {
         line,
-        path: format!("crate::{path}"),
+        path: format!("{prefix}{path}"),
         module,
     });
 }
@@ -245,6 +295,17 @@ fn module_of(rel: &Path) -> Option<String> {
     }
 }
 
+/// How many modules below the crate root a file's module is
+/// (`plan.rs` 1, `image/mod.rs` 1, `image/rootfs/build.rs` 3).
+fn file_depth(rel: &Path) -> usize {
+    let n = rel.components().count();
+    if rel.file_name().is_some_and(|f| f == "mod.rs") {
+        n - 1
+    } else {
+        n
+    }
+}
+
 /// The upward imports in `files` (relative path, source), one message each.
 fn upward_imports(table: &[(String, Vec<String>)], files: &[(PathBuf, String)]) -> Vec<String> {
     let layer: BTreeMap<&str, (usize, &str)> = table
@@ -262,7 +323,7 @@ fn upward_imports(table: &[(String, Vec<String>)], files: &[(PathBuf, String)]) 
             ));
             continue;
         };
-        for imp in crate_paths(src) {
+        for imp in crate_paths(src, file_depth(rel)) {
             match layer.get(imp.module.as_str()) {
                 None => errors.push(format!(
                     "src/{}:{}: `{}`: module `{}` is in no layer",
@@ -365,7 +426,7 @@ fn finds_paths_in_every_form() {
                fn f() { let s = \"crate::quoted\"; crate::h::i(s); '\"'; x::crate::j; }\n\
                pub(crate) fn k<'a>(_: &'a str) { $crate::macro_path; crate :: not_a_path; }\n\
                /* crate::blocked */ const C: &str = r#\"crate::raw\"#; use crate::l;\n";
-    let got: Vec<(usize, String, String)> = crate_paths(src)
+    let got: Vec<(usize, String, String)> = crate_paths(src, 1)
         .into_iter()
         .map(|i| (i.line, i.path, i.module))
         .collect();
@@ -379,6 +440,30 @@ fn finds_paths_in_every_form() {
     ]
     .map(|(l, p, m)| (l, p.to_string(), m.to_string()));
     assert_eq!(got, want);
+}
+
+#[test]
+fn finds_super_chains_that_reach_the_root() {
+    // A file two modules down (a/b.rs): super::super climbs to the root,
+    // and one more super:: per inline mod it stands in.
+    let src = "use super::sibling::X;\n\
+               use super::super::{top, other::Y};\n\
+               mod tests {\n    use super::*;\n    use super::super::super::up::Z;\n}\n\
+               fn f() { super::super::inline::g(); }\n";
+    let got: Vec<(usize, String, String)> = crate_paths(src, 2)
+        .into_iter()
+        .map(|i| (i.line, i.path, i.module))
+        .collect();
+    let want = [
+        (2, "super::super::top", "top"),
+        (2, "super::super::other::Y", "other"),
+        (5, "super::super::super::up::Z", "up"),
+        (7, "super::super::inline::g", "inline"),
+    ]
+    .map(|(l, p, m)| (l, p.to_string(), m.to_string()));
+    assert_eq!(got, want);
+    assert_eq!(file_depth(Path::new("a/b.rs")), 2);
+    assert_eq!(file_depth(Path::new("a/mod.rs")), 1);
 }
 
 #[test]
