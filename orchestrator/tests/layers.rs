@@ -418,6 +418,15 @@ fn readme_lists_the_same_layers() {
     );
 }
 
+/// Asserts the (line, path, module) of each import found, in order.
+fn assert_finds(got: Vec<Import>, want: &[(usize, &str, &str)]) {
+    let got: Vec<(usize, &str, &str)> = got
+        .iter()
+        .map(|i| (i.line, i.path.as_str(), i.module.as_str()))
+        .collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn finds_paths_in_every_form() {
     let src = "use crate::a::B;\n\
@@ -426,20 +435,17 @@ fn finds_paths_in_every_form() {
                fn f() { let s = \"crate::quoted\"; crate::h::i(s); '\"'; x::crate::j; }\n\
                pub(crate) fn k<'a>(_: &'a str) { $crate::macro_path; crate :: not_a_path; }\n\
                /* crate::blocked */ const C: &str = r#\"crate::raw\"#; use crate::l;\n";
-    let got: Vec<(usize, String, String)> = crate_paths(src, 1)
-        .into_iter()
-        .map(|i| (i.line, i.path, i.module))
-        .collect();
-    let want = [
-        (1, "crate::a::B", "a"),
-        (2, "crate::c", "c"),
-        (2, "crate::d::{E, F}", "d"),
-        (3, "crate::g", "g"),
-        (5, "crate::h::i", "h"),
-        (7, "crate::l", "l"),
-    ]
-    .map(|(l, p, m)| (l, p.to_string(), m.to_string()));
-    assert_eq!(got, want);
+    assert_finds(
+        crate_paths(src, 1),
+        &[
+            (1, "crate::a::B", "a"),
+            (2, "crate::c", "c"),
+            (2, "crate::d::{E, F}", "d"),
+            (3, "crate::g", "g"),
+            (5, "crate::h::i", "h"),
+            (7, "crate::l", "l"),
+        ],
+    );
 }
 
 #[test]
@@ -450,18 +456,15 @@ fn finds_super_chains_that_reach_the_root() {
                use super::super::{top, other::Y};\n\
                mod tests {\n    use super::*;\n    use super::super::super::up::Z;\n}\n\
                fn f() { super::super::inline::g(); }\n";
-    let got: Vec<(usize, String, String)> = crate_paths(src, 2)
-        .into_iter()
-        .map(|i| (i.line, i.path, i.module))
-        .collect();
-    let want = [
-        (2, "super::super::top", "top"),
-        (2, "super::super::other::Y", "other"),
-        (5, "super::super::super::up::Z", "up"),
-        (7, "super::super::inline::g", "inline"),
-    ]
-    .map(|(l, p, m)| (l, p.to_string(), m.to_string()));
-    assert_eq!(got, want);
+    assert_finds(
+        crate_paths(src, 2),
+        &[
+            (2, "super::super::top", "top"),
+            (2, "super::super::other::Y", "other"),
+            (5, "super::super::super::up::Z", "up"),
+            (7, "super::super::inline::g", "inline"),
+        ],
+    );
     assert_eq!(file_depth(Path::new("a/b.rs")), 2);
     assert_eq!(file_depth(Path::new("a/mod.rs")), 1);
 }
