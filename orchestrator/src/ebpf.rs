@@ -84,7 +84,7 @@ pub fn build(
         &format!("the BPF objects in {}", out.display()),
     )?;
     std::fs::create_dir_all(out).map_err(io(out))?;
-    if let Some(why) = crate::slurm::no_build() {
+    if let Some(why) = crate::paths::no_build() {
         // A Slurm task uses the objects the submitting host built.
         let objects = built_objects(out)?;
         if objects.is_empty() {

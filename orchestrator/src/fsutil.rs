@@ -1,4 +1,5 @@
-//! File writes that never leave a half-written file behind.
+//! File writes that never leave a half-written file behind, and where a
+//! byte offset stands in a file's text.
 
 use std::io::Write;
 use std::path::Path;
@@ -19,4 +20,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn create_dir(path: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(path)
         .map_err(|e| std::io::Error::new(e.kind(), format!("create {}: {e}", path.display())))
+}
+
+/// 1-based line and column of a byte offset in a file's text.
+pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    // An offset inside a multi-byte character counts as that character.
+    let before = &source[..source.floor_char_boundary(offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |p| before.len() - p - 1)
+        + 1;
+    (line, col)
 }

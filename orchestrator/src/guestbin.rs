@@ -152,7 +152,7 @@ pub fn ensure(
             })
         };
     }
-    if let Some(why) = crate::slurm::no_build() {
+    if let Some(why) = crate::paths::no_build() {
         return Err(GuestBinError::Missing {
             name: format!("{bin} ({why})"),
             path,

@@ -6,6 +6,7 @@
 //! start instead of after a ten-minute build.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The table, compiled in so the binary checks what its source declared.
@@ -143,7 +144,7 @@ pub fn locate(tool: &str) -> Result<String, String> {
             Err(format!("{python} cannot import {module}"))
         };
     }
-    crate::image::libs::find_program(tool)
+    find_program(tool)
         .map(|p| p.display().to_string())
         .ok_or_else(|| "not found".into())
 }
@@ -228,6 +229,20 @@ pub fn apt_packages(table: &[Tool]) -> Vec<String> {
     v.sort();
     v.dedup();
     v
+}
+
+/// A program by name on $PATH, then in the sbin and bin directories (which
+/// a non-root PATH may lack); a name with a slash is taken as a path.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

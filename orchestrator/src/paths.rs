@@ -26,6 +26,23 @@ pub fn cache_root() -> PathBuf {
     Path::new(&home).join(".cache/testbed")
 }
 
+/// Set in a Slurm batch script: a task must find every input in the cache.
+pub const NO_BUILD_ENV: &str = "TESTBED_NO_BUILD";
+
+/// Why nothing may be built into the cache here, when this process is a
+/// Slurm task (every input builder asks).
+pub fn no_build() -> Option<&'static str> {
+    std::env::var_os(NO_BUILD_ENV).is_some().then_some(
+        "a Slurm task builds nothing: the submitting host builds kernels, images and the \
+         agent into the shared cache (is TESTBED_CACHE on a path every node shares?)",
+    )
+}
+
+/// The directory of figure definitions in this source tree.
+pub fn figure_defs() -> PathBuf {
+    repo_root().join("experiments/figures")
+}
+
 pub fn kernel_configs() -> PathBuf {
     repo_root().join("kernel-configs")
 }

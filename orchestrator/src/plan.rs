@@ -41,7 +41,7 @@ impl HostLimits {
     pub fn current() -> Self {
         HostLimits {
             mem_total: crate::hostinfo::mem_total_bytes(),
-            figures_dir: crate::figures::def::default_dir(),
+            figures_dir: crate::paths::figure_defs(),
         }
     }
 }
@@ -453,7 +453,7 @@ pub fn device_refs(loaded: &LoadedSpec) -> BTreeMap<String, DeviceRef> {
             // The real size is read from the controller at run time; until
             // then a passthrough device is not limited by the planner.
             DeviceKind::Vfio => u64::MAX,
-            _ => d.size.map_or(0, |s| s.bytes()),
+            DeviceKind::Nvme | DeviceKind::VirtioBlk => d.size.map_or(0, |s| s.bytes()),
         };
         let namespaces = d.namespaces.unwrap_or(1);
         for ns in 1..=namespaces {
@@ -682,7 +682,7 @@ block_size = [512, 4096]
     fn limits(mem_total: Option<u64>) -> HostLimits {
         HostLimits {
             mem_total,
-            figures_dir: crate::figures::def::default_dir(),
+            figures_dir: crate::paths::figure_defs(),
         }
     }
 

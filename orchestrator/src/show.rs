@@ -221,7 +221,7 @@ mod tests {
         let dir = crate::paths::repo_root().join("experiments");
         let specs = find_specs(&dir);
         assert!(specs.len() > 20, "found only {specs:?}");
-        let defs = crate::figures::def::load_all(&crate::figures::def::default_dir()).unwrap();
+        let defs = crate::figures::def::load_all(&crate::paths::figure_defs()).unwrap();
         let bad: Vec<String> = specs
             .iter()
             .flat_map(|p| match crate::run::check_spec(p) {

@@ -155,14 +155,8 @@ pub enum ExecutorKind {
     Slurm,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AccelChoice {
-    #[default]
-    Auto,
-    Kvm,
-    Tcg,
-}
+// Defined with the accelerator probe (machine layer) that decides on it.
+pub use crate::qemu::accel::AccelChoice;
 
 impl std::str::FromStr for ExecutorKind {
     type Err = String;
@@ -962,17 +956,8 @@ fn toml_error(path: &Path, source: &str, e: &toml::de::Error) -> SpecError {
     }
 }
 
-/// 1-based line and column of a byte offset.
-pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
-    // An offset inside a multi-byte character counts as that character.
-    let before = &source[..source.floor_char_boundary(offset)];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rfind('\n')
-        .map_or(before.len(), |p| before.len() - p - 1)
-        + 1;
-    (line, col)
-}
+// Moved to the host layer (crate::fsutil), where image recipes find it too.
+pub use crate::fsutil::line_col;
 
 /// Where `(key, value)` is written: the table header (`[vm]`, `[[devices]]`)
 /// for a table opened by one, else the key.

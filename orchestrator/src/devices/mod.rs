@@ -94,11 +94,9 @@ pub fn prepare(
     check_space(backing_growth(specs, dir), dir, free_bytes(dir)?)?;
     let mut out = Vec::new();
     for d in specs {
-        out.push(if d.kind == DeviceKind::Vfio {
-            let (p, _) = check_passthrough(d, host)?;
-            p
-        } else {
-            prepare_one(d, dir)?
+        out.push(match d.kind {
+            DeviceKind::Vfio => check_passthrough(d, host)?.0,
+            DeviceKind::Nvme | DeviceKind::VirtioBlk => prepare_one(d, dir)?,
         });
     }
     Ok(out)
@@ -151,7 +149,11 @@ pub fn backing_growth(specs: &[DeviceSpec], dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     for d in specs {
-        if d.kind == DeviceKind::Vfio || d.backend != Backend::File {
+        let has_files = match d.kind {
+            DeviceKind::Vfio => false,
+            DeviceKind::Nvme | DeviceKind::VirtioBlk => d.backend == Backend::File,
+        };
+        if !has_files {
             continue;
         }
         let size = d.size.map_or(0, |s| s.bytes());
@@ -251,7 +253,7 @@ fn emulated(d: &DeviceSpec, mut backings: Vec<Backing>) -> QemuDevice {
             logical_block_size: d.logical_block_size,
             queues: d.queues,
         },
-        _ => QemuDevice::VirtioBlk {
+        DeviceKind::VirtioBlk => QemuDevice::VirtioBlk {
             serial: d.name.clone(),
             backing: if backings.is_empty() {
                 Backing::Null {
@@ -263,6 +265,11 @@ fn emulated(d: &DeviceSpec, mut backings: Vec<Backing>) -> QemuDevice {
             },
             logical_block_size: d.logical_block_size,
             queues: d.queues,
+        },
+        // prepare() and the dry run send a passthrough device to
+        // check_passthrough, never here; were one to come, this is its device.
+        DeviceKind::Vfio => QemuDevice::Vfio {
+            host: d.pci.clone().unwrap_or_default(),
         },
     }
 }

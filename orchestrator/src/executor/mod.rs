@@ -6,22 +6,15 @@ pub mod host;
 pub mod qemu;
 pub mod session;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use serde::Serialize;
-use testbed_agent::protocol::Hello;
 use testbed_agent::workload::Summary;
 
 use crate::plan::Point;
 use crate::progress::Event;
 use crate::results::spill::SpillFile;
 
-/// Set by the Ctrl-C handler; every wait loop checks it.
-pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
-}
+// The flag moved to the host layer (crate::interrupt); this re-export keeps
+// main.rs and run/boots.rs as they are. To be removed once they use it.
+pub use crate::interrupt::{INTERRUPTED, interrupted};
 
 #[derive(Debug)]
 pub enum PointOutcome {
@@ -36,21 +29,8 @@ pub enum PointOutcome {
     },
 }
 
-/// What one boot (or agent process) did, for the manifest.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct BootRecord {
-    pub index: u32,
-    pub hello: Option<Hello>,
-    /// Host-measured time from spawn to the agent's hello.
-    pub ready_ms: Option<u64>,
-    pub points: Vec<String>,
-    /// How it ended: "shutdown", or the failure.
-    pub ended: String,
-    pub argv: Vec<String>,
-    /// The server VM's argv in a pair topology (its link settings included).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server_argv: Option<Vec<String>>,
-}
+// Defined with the manifest that stores it (results layer).
+pub use crate::results::manifest::BootRecord;
 
 /// Called with each finished point; an error stops the boot (e.g. a write failure).
 pub type OnPoint<'a> = dyn FnMut(&Point, PointOutcome) -> Result<(), String> + 'a;

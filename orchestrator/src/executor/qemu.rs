@@ -38,15 +38,9 @@ pub struct PairSetup {
     pub client_addr: String,
 }
 
-/// Random hex from the kernel, for nonces and socket names.
-pub fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut buf);
-    }
-    hex::encode(buf)
-}
+// Moved to the host layer (crate::random); this re-export keeps this file
+// and executor/host.rs as they are. To be removed once they use it.
+pub use crate::random::hex as random_hex;
 
 /// A booted VM whose agent has said hello.
 pub struct BootedVm {

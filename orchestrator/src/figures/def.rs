@@ -608,10 +608,9 @@ impl Panel {
     }
 }
 
-/// The directory of figure definitions in this source tree.
-pub fn default_dir() -> PathBuf {
-    crate::paths::repo_root().join("experiments/figures")
-}
+// Moved to the host layer (crate::paths, as the plan needs it); this
+// re-export keeps main.rs as it is. To be removed once it uses paths.
+pub use crate::paths::figure_defs as default_dir;
 
 /// Loads one definition file.
 pub fn load(path: &Path) -> Result<FigureDef, FigureError> {

@@ -12,18 +12,6 @@ use object::elf;
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
 use object::{Endianness, FileKind};
 
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        let p = PathBuf::from(name);
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum LibError {
     #[error("{}: {source}", path.display())]
@@ -371,7 +359,7 @@ mod tests {
             "/usr/bin/python3",
             "/usr/bin/ssh",
         ] {
-            let Some(p) = find_program(name) else {
+            let Some(p) = crate::hosttools::find_program(name) else {
                 continue;
             };
             let ours: BTreeSet<String> = library_closure(&p).unwrap().into_iter().collect();

@@ -84,7 +84,7 @@ pub fn build_initramfs(
     let dir = cache_root.join("initramfs");
     let path = dir.join(format!("{sha}.cpio"));
     if !path.exists()
-        && let Some(why) = crate::slurm::no_build()
+        && let Some(why) = crate::paths::no_build()
     {
         return Err(ImageError::Io {
             path,
@@ -171,7 +171,7 @@ pub fn assemble(inputs: &InitramfsInputs) -> Result<Archive, ImageError> {
     }
     a.add_file("etc/testbed/modules", list.into_bytes(), 0o644);
     for program in &inputs.include {
-        let host = libs::find_program(program)
+        let host = crate::hosttools::find_program(program)
             .ok_or_else(|| ImageError::ProgramMissing(program.clone()))?;
         a.add_file(&format!("usr/bin/{program}"), read(&host)?, 0o755);
         for lib in libs::library_closure(&host).map_err(|reason| ImageError::Libraries {

@@ -9,7 +9,16 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::argv::Accel;
-use crate::spec::AccelChoice;
+
+/// What a spec or `--accel` asks for (`auto` decides by probe, below).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccelChoice {
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
+}
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProbeResult {

@@ -13,5 +13,5 @@ pub fn qemu_binary() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("TESTBED_QEMU") {
         return Some(PathBuf::from(p));
     }
-    crate::image::libs::find_program("qemu-system-x86_64")
+    crate::hosttools::find_program("qemu-system-x86_64")
 }

@@ -115,7 +115,7 @@ impl GroupProcess {
     /// (the group is then killed and reaped).
     pub fn wait_or_interrupt(&mut self) -> Option<ExitStatus> {
         loop {
-            if crate::executor::interrupted() {
+            if crate::interrupt::interrupted() {
                 self.kill();
                 return None;
             }

@@ -120,6 +120,22 @@ pub struct DeviceEntry {
     pub note: Option<String>,
 }
 
+/// What one boot (or agent process) did, for the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BootRecord {
+    pub index: u32,
+    pub hello: Option<testbed_agent::protocol::Hello>,
+    /// Host-measured time from spawn to the agent's hello.
+    pub ready_ms: Option<u64>,
+    pub points: Vec<String>,
+    /// How it ended: "shutdown", or the failure.
+    pub ended: String,
+    pub argv: Vec<String>,
+    /// The server VM's argv in a pair topology (its link settings included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_argv: Option<Vec<String>>,
+}
+
 /// The VM a run asked for, as the manifest's spec records it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
@@ -151,7 +167,7 @@ pub struct Manifest {
     pub host: crate::hostinfo::HostInfo,
     /// From the first boot's hello: uname, cmdline, cpus, memory.
     pub guest: Option<GuestInfo>,
-    pub boots: Vec<crate::executor::BootRecord>,
+    pub boots: Vec<BootRecord>,
     /// Host-measured QEMU start to agent hello, per boot.
     pub boot_to_agent_ms: Vec<u64>,
     pub devices: Vec<DeviceEntry>,

@@ -149,11 +149,7 @@ impl RunDir {
 /// A new run id: UTC time plus a short random suffix.
 pub fn new_run_id() -> String {
     let t = super::manifest::utc_now().replace([':', '-'], "");
-    format!(
-        "{}-{}",
-        t.trim_end_matches('Z'),
-        &crate::executor::qemu::random_hex(2)
-    )
+    format!("{}-{}", t.trim_end_matches('Z'), &crate::random::hex(2))
 }
 
 pub fn is_empty_dir(p: &Path) -> bool {

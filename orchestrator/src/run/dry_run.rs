@@ -73,9 +73,12 @@ pub(super) fn report(
     let mut qemu_devices = Vec::new();
     let mut passthrough = Vec::new();
     for d in &spec.devices {
-        if d.kind != DeviceKind::Vfio {
-            qemu_devices.push(devices::planned_emulated(d, &run_dir.join("devices")));
-            continue;
+        match d.kind {
+            DeviceKind::Nvme | DeviceKind::VirtioBlk => {
+                qemu_devices.push(devices::planned_emulated(d, &run_dir.join("devices")));
+                continue;
+            }
+            DeviceKind::Vfio => {}
         }
         let (p, c) = devices::check_passthrough(d, host).map_err(refused)?;
         let _ = writeln!(

@@ -159,7 +159,7 @@ pub(crate) fn build_shared(
     }
     env.insert("TESTBED_CACHE".into(), cache.display().to_string());
     env.insert("TESTBED_ROOT".into(), repo.display().to_string());
-    env.insert(crate::slurm::NO_BUILD_ENV.into(), "1".into());
+    env.insert(crate::paths::NO_BUILD_ENV.into(), "1".into());
     if task_executor == ExecutorKind::Qemu {
         let kernel = super::vm::resolve_kernel(loaded, &cache)?;
         let needs_bpf = plan.points.iter().any(|p| p.workload.needs().bpf_programs);

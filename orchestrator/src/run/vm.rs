@@ -20,7 +20,7 @@ pub(crate) fn resolve_kernel(
     cache: &Path,
 ) -> Result<kernel::KernelArtifact, RunError> {
     let name = &loaded.spec.kernel.name;
-    let resolved = if let Some(why) = crate::slurm::no_build() {
+    let resolved = if let Some(why) = crate::paths::no_build() {
         // A Slurm task finds what the submitting host built, or stops.
         match kernel::lookup_cached(&paths::kernel_configs(), name, cache) {
             Ok(Some(k)) => Ok(k),
@@ -320,7 +320,7 @@ pub(super) fn prepare_vm(
 /// Boots the image under KVM until the agent says hello (then kills it).
 pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::ProbeResult {
     let started = Instant::now();
-    let nonce = crate::executor::qemu::random_hex(8);
+    let nonce = crate::random::hex(8);
     let dir = match tempfile::tempdir() {
         Ok(d) => d,
         Err(e) => return accel::probe_outcome(started, Err(format!("temp dir: {e}"))),

@@ -38,17 +38,6 @@ pub const ARRAY_INPUT: &str = "slurm";
 /// the cluster's MaxArraySize).
 pub const TASK_OFFSET_ENV: &str = "TESTBED_TASK_OFFSET";
 
-/// Set in the batch script: a task must find every input in the cache.
-pub const NO_BUILD_ENV: &str = "TESTBED_NO_BUILD";
-
-/// Why nothing may be built here, when this process is a Slurm task.
-pub fn no_build() -> Option<&'static str> {
-    std::env::var_os(NO_BUILD_ENV).is_some().then_some(
-        "a Slurm task builds nothing: the submitting host builds kernels, images and the \
-         agent into the shared cache (is TESTBED_CACHE on a path every node shares?)",
-    )
-}
-
 /// A failure of the Slurm executor's set-up, as a run reports it.
 fn setup(e: impl std::fmt::Display) -> crate::run::RunError {
     crate::run::RunError::Setup(e.to_string())

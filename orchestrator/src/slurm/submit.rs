@@ -256,7 +256,7 @@ fn wait_for_array(
         if live.is_empty() {
             return Ok(());
         }
-        if crate::executor::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(RunError::Setup(format!(
                 "stopped waiting; the array keeps running in Slurm. Follow it with `testbed status {0}`, then `testbed collect {0}`",
                 dir.root.display()

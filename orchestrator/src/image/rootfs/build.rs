@@ -160,7 +160,7 @@ fn run_logged(cmd: &mut Command, name: &str, log: &Path) -> Result<(), RootfsErr
                 format!("{status}; last lines:\n{}", tail_lines(log, 15)),
             ));
         }
-        if crate::executor::interrupted() {
+        if crate::interrupt::interrupted() {
             group.kill();
             return Err(RootfsError::Interrupted);
         }

@@ -151,7 +151,7 @@ pub fn ensure(
     say: &mut dyn FnMut(&str),
 ) -> Result<BuiltRootfs, RootfsError> {
     let dir = cache_dir(cache_root);
-    if let Some(why) = crate::slurm::no_build() {
+    if let Some(why) = crate::paths::no_build() {
         return lookup_by_recipe(recipe, cache_root).ok_or_else(|| RootfsError::NotBuilt {
             name: recipe.name.clone(),
             recipe: recipe.sha256()[..12].to_string(),

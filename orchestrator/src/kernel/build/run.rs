@@ -32,7 +32,7 @@ pub fn run(
     let interrupted = || KernelError::Interrupted {
         command: shown.clone(),
     };
-    if crate::executor::interrupted() {
+    if crate::interrupt::interrupted() {
         return Err(interrupted());
     }
     // A group of its own that dies with us and that the signal handler's
@@ -45,7 +45,7 @@ pub fn run(
     )
     .map_err(|e| tool_error(cmd, e))?;
     // A signal between the check above and the spawn found no group to kill.
-    if crate::executor::interrupted() {
+    if crate::interrupt::interrupted() {
         group.kill();
         return Err(interrupted());
     }

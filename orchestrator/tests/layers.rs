@@ -1,0 +1,491 @@
+//! Imports flow one way: every `crate::…` path in `orchestrator/src` names a
+//! module of the file's own layer or of a lower one. The layers are the
+//! `//! - NAME: modules` lines of `src/lib.rs` (the one table; the README
+//! repeats it and is checked against it). Boots nothing; reads files only.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One `crate::` path found in a file.
+#[derive(Debug, PartialEq)]
+struct Import {
+    line: usize,
+    /// The path as written, `crate::` (or the `super::` chain) included; for
+    /// a grouped `use`, the member: `crate::{a, b::c}` gives `crate::a` and
+    /// `crate::b::c`.
+    path: String,
+    /// Its first segment: the top-level module it reaches into.
+    module: String,
+}
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Layer names, lowest first, each with its modules, from lib.rs's doc.
+fn layer_table(lib_rs: &str) -> Vec<(String, Vec<String>)> {
+    lib_rs
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! - "))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(name, mods)| {
+            let mods = mods
+                .trim_end_matches('.')
+                .split(',')
+                .map(|m| m.trim().trim_matches('`').to_string())
+                .collect();
+            (name.to_string(), mods)
+        })
+        .collect()
+}
+
+/// The top-level modules lib.rs declares (`pub mod x;` / `mod x;`).
+fn declared_modules(lib_rs: &str) -> Vec<String> {
+    lib_rs
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let l = l.strip_prefix("pub ").unwrap_or(l);
+            l.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// The source with comments and the insides of string and char literals
+/// blanked (newlines kept, so byte offsets and line numbers stay true).
+fn code_only(src: &str) -> String {
+    let c: Vec<char> = src.chars().collect();
+    let mut out = String::with_capacity(src.len());
+    let blank = |ch: char| if ch == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < c.len() {
+        let next = c.get(i + 1).copied();
+        if c[i] == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c[i] == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(c[i]));
+                    i += 1;
+                }
+            }
+        } else if c[i] == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&c, i) {
+            // Raw string: r"…" or r#"…"#.
+            let mut j = i + 1;
+            while c.get(j) == Some(&'#') {
+                j += 1;
+            }
+            if c.get(j) != Some(&'"') {
+                out.push(c[i]);
+                i += 1;
+                continue;
+            }
+            let hashes = j - i - 1;
+            (i..=j).for_each(|_| out.push(' '));
+            i = j + 1;
+            while i < c.len() {
+                if c[i] == '"' && (1..=hashes).all(|k| c.get(i + k) == Some(&'#')) {
+                    (0..=hashes).for_each(|_| out.push(' '));
+                    i += hashes + 1;
+                    break;
+                }
+                out.push(blank(c[i]));
+                i += 1;
+            }
+        } else if c[i] == '"' {
+            out.push(' ');
+            i += 1;
+            while i < c.len() && c[i] != '"' {
+                if c[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if let Some(&ch) = c.get(i) {
+                    out.push(blank(ch));
+                }
+                i += 1;
+            }
+            out.push(' ');
+            i += 1;
+        } else if c[i] == '\'' && (next == Some('\\') || c.get(i + 2) == Some(&'\'')) {
+            // A char literal ('x', '\n', '\''); a lifetime ('a) has no closing quote.
+            out.push(' ');
+            i += 1;
+            if c.get(i) == Some(&'\\') {
+                out.push(' ');
+                i += 1;
+            }
+            while i < c.len() && c[i] != '\'' {
+                out.push(' ');
+                i += 1;
+            }
+            out.push(' ');
+            i += 1;
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_ident(ch: char) -> bool {
+    ch.is_alphanumeric() || ch == '_'
+}
+
+fn ident_before(c: &[char], i: usize) -> bool {
+    i > 0 && is_ident(c[i - 1])
+}
+
+/// For each char of `code`, how many inline `mod name { … }` blocks are open.
+fn mod_nesting(code: &[char]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(code.len());
+    let (mut depth, mut opened, mut pending) = (0usize, Vec::new(), false);
+    for (i, &ch) in code.iter().enumerate() {
+        if code[i..].starts_with(&['m', 'o', 'd'])
+            && !ident_before(code, i)
+            && !code.get(i + 3).is_some_and(|&c| is_ident(c))
+        {
+            pending = true;
+        }
+        match ch {
+            '{' => {
+                depth += 1;
+                if pending {
+                    opened.push(depth);
+                    pending = false;
+                }
+            }
+            '}' => {
+                if opened.last() == Some(&depth) {
+                    opened.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            ';' => pending = false,
+            _ => {}
+        }
+        out.push(opened.len());
+    }
+    out
+}
+
+/// Every path from the crate root in `src`, a file `file_depth` modules
+/// below the root: `crate::` in `use` lines, grouped `use crate::{…}`
+/// (nested and over several lines), and inline in code; and a `super::`
+/// chain that climbs to the root.
+fn crate_paths(src: &str, file_depth: usize) -> Vec<Import> {
+    let code: Vec<char> = code_only(src).chars().collect();
+    let nesting = mod_nesting(&code);
+    let line_of = |at: usize| code[..at].iter().filter(|&&ch| ch == '\n').count() + 1;
+    let crate_key: Vec<char> = "crate::".chars().collect();
+    let super_key: Vec<char> = "super::".chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        if ident_before(&code, i) || (i > 0 && matches!(code[i - 1], '$' | ':')) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        if code[i..].starts_with(&crate_key) {
+            j += crate_key.len();
+        } else {
+            let mut climbs = 0;
+            while code[j..].starts_with(&super_key) {
+                climbs += 1;
+                j += super_key.len();
+            }
+            if climbs == 0 || climbs != file_depth + nesting[i] {
+                i = j.max(i + 1);
+                continue;
+            }
+        }
+        let prefix: String = code[i..j].iter().collect();
+        while code.get(j).is_some_and(|ch| ch.is_whitespace()) {
+            j += 1;
+        }
+        if code.get(j) == Some(&'{') {
+            // The group's members, split at its top-level commas.
+            let mut depth = 0;
+            let mut member_start = j + 1;
+            let mut k = j;
+            while k < code.len() {
+                match code[k] {
+                    '{' => depth += 1,
+                    '}' | ',' if depth == 1 => {
+                        let member: String = code[member_start..k].iter().collect();
+                        let at = member_start + member.len() - member.trim_start().len();
+                        push_path(&mut found, line_of(at), &prefix, member.trim());
+                        member_start = k + 1;
+                        if code[k] == '}' {
+                            break;
+                        }
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                k += 1;
+            }
+            i = k + 1;
+        } else {
+            let end = (j..code.len())
+                .find(|&k| !(is_ident(code[k]) || code[k] == ':'))
+                .unwrap_or(code.len());
+            let path: String = code[j..end].iter().collect();
+            push_path(&mut found, line_of(i), &prefix, path.trim_end_matches(':'));
+            i = end;
+        }
+    }
+    found
+}
+
+fn push_path(found: &mut Vec<Import>, line: usize, prefix: &str, rest: &str) {
+    let module: String = rest.chars().take_while(|&ch| is_ident(ch)).collect();
+    if module.is_empty() || module == "self" {
+        return;
+    }
+    let path: String = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+    found.push(Import {
+        line,
+        path: format!("{prefix}{path}"),
+        module,
+    });
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`image/rootfs/build.rs` →
+/// `image`); None for the crate roots.
+fn module_of(rel: &Path) -> Option<String> {
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    match first {
+        "lib.rs" | "main.rs" => None,
+        f => Some(f.trim_end_matches(".rs").to_string()),
+    }
+}
+
+/// How many modules below the crate root a file's module is
+/// (`plan.rs` 1, `image/mod.rs` 1, `image/rootfs/build.rs` 3).
+fn file_depth(rel: &Path) -> usize {
+    let n = rel.components().count();
+    if rel.file_name().is_some_and(|f| f == "mod.rs") {
+        n - 1
+    } else {
+        n
+    }
+}
+
+/// The upward imports in `files` (relative path, source), one message each.
+fn upward_imports(table: &[(String, Vec<String>)], files: &[(PathBuf, String)]) -> Vec<String> {
+    let layer: BTreeMap<&str, (usize, &str)> = table
+        .iter()
+        .enumerate()
+        .flat_map(|(n, (name, mods))| mods.iter().map(move |m| (m.as_str(), (n, name.as_str()))))
+        .collect();
+    let mut errors = Vec::new();
+    for (rel, src) in files {
+        let Some(me) = module_of(rel) else { continue };
+        let Some(&(mine, my_name)) = layer.get(me.as_str()) else {
+            errors.push(format!(
+                "src/{}: module `{me}` is in no layer",
+                rel.display()
+            ));
+            continue;
+        };
+        for imp in crate_paths(src, file_depth(rel)) {
+            match layer.get(imp.module.as_str()) {
+                None => errors.push(format!(
+                    "src/{}:{}: `{}`: module `{}` is in no layer",
+                    rel.display(),
+                    imp.line,
+                    imp.path,
+                    imp.module
+                )),
+                Some(&(theirs, their_name)) if theirs > mine => errors.push(format!(
+                    "src/{}:{}: `{}`: {me} (layer {my_name}) imports {} (layer {their_name}), a higher layer",
+                    rel.display(),
+                    imp.line,
+                    imp.path,
+                    imp.module
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    errors
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn no_module_imports_from_a_higher_layer() {
+    let src = src_dir();
+    let table = layer_table(&read(&src.join("lib.rs")));
+    assert!(table.len() >= 5, "lib.rs's layer table: {table:?}");
+    let mut paths = Vec::new();
+    rs_files(&src, &mut paths);
+    let files: Vec<(PathBuf, String)> = paths
+        .iter()
+        .map(|p| (p.strip_prefix(&src).unwrap().to_path_buf(), read(p)))
+        .collect();
+    let errors = upward_imports(&table, &files);
+    assert!(
+        errors.is_empty(),
+        "imports from a higher layer (layers: src/lib.rs):\n{}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn every_module_is_in_exactly_one_layer() {
+    let lib_rs = read(&src_dir().join("lib.rs"));
+    let table = layer_table(&lib_rs);
+    let mut listed: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, mods) in &table {
+        for m in mods {
+            listed.entry(m.as_str()).or_default().push(name.as_str());
+        }
+    }
+    let declared = declared_modules(&lib_rs);
+    let unlisted: Vec<&String> = declared
+        .iter()
+        .filter(|m| !listed.contains_key(m.as_str()))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "in no layer of lib.rs's table: {unlisted:?}"
+    );
+    let twice: Vec<_> = listed.iter().filter(|(_, l)| l.len() > 1).collect();
+    assert!(twice.is_empty(), "in more than one layer: {twice:?}");
+    let undeclared: Vec<&&str> = listed
+        .keys()
+        .filter(|m| !declared.iter().any(|d| d == *m))
+        .collect();
+    assert!(
+        undeclared.is_empty(),
+        "layered but not declared in lib.rs: {undeclared:?}"
+    );
+}
+
+#[test]
+fn readme_lists_the_same_layers() {
+    let lib_rs = read(&src_dir().join("lib.rs"));
+    let readme = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"));
+    let lines: Vec<&str> = lib_rs
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! - "))
+        .collect();
+    let missing: Vec<&&str> = lines
+        .iter()
+        .filter(|l| !readme.lines().any(|r| r.strip_prefix("- ") == Some(**l)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's layout lacks these layer lines of lib.rs: {missing:?}"
+    );
+}
+
+/// Asserts the (line, path, module) of each import found, in order.
+fn assert_finds(got: Vec<Import>, want: &[(usize, &str, &str)]) {
+    let got: Vec<(usize, &str, &str)> = got
+        .iter()
+        .map(|i| (i.line, i.path.as_str(), i.module.as_str()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn finds_paths_in_every_form() {
+    let src = "use crate::a::B;\n\
+               use crate::{c, d::{E, F},\n    g};\n\
+               // crate::commented\n\
+               fn f() { let s = \"crate::quoted\"; crate::h::i(s); '\"'; x::crate::j; }\n\
+               pub(crate) fn k<'a>(_: &'a str) { $crate::macro_path; crate :: not_a_path; }\n\
+               /* crate::blocked */ const C: &str = r#\"crate::raw\"#; use crate::l;\n";
+    assert_finds(
+        crate_paths(src, 1),
+        &[
+            (1, "crate::a::B", "a"),
+            (2, "crate::c", "c"),
+            (2, "crate::d::{E, F}", "d"),
+            (3, "crate::g", "g"),
+            (5, "crate::h::i", "h"),
+            (7, "crate::l", "l"),
+        ],
+    );
+}
+
+#[test]
+fn finds_super_chains_that_reach_the_root() {
+    // A file two modules down (a/b.rs): super::super climbs to the root,
+    // and one more super:: per inline mod it stands in.
+    let src = "use super::sibling::X;\n\
+               use super::super::{top, other::Y};\n\
+               mod tests {\n    use super::*;\n    use super::super::super::up::Z;\n}\n\
+               fn f() { super::super::inline::g(); }\n";
+    assert_finds(
+        crate_paths(src, 2),
+        &[
+            (2, "super::super::top", "top"),
+            (2, "super::super::other::Y", "other"),
+            (5, "super::super::super::up::Z", "up"),
+            (7, "super::super::inline::g", "inline"),
+        ],
+    );
+    assert_eq!(file_depth(Path::new("a/b.rs")), 2);
+    assert_eq!(file_depth(Path::new("a/mod.rs")), 1);
+}
+
+#[test]
+fn an_upward_import_is_named_with_its_file_and_line() {
+    let table = layer_table("//! - low: a\n//! - high: b, c\n");
+    let files = [
+        (
+            PathBuf::from("a/x.rs"),
+            "use crate::a::y;\nfn f() { crate::b::g() }\n".to_string(),
+        ),
+        (PathBuf::from("b.rs"), "use crate::{a, c::Z};\n".to_string()),
+        (PathBuf::from("d.rs"), String::new()),
+    ]
+    .to_vec();
+    assert_eq!(
+        upward_imports(&table, &files),
+        [
+            "src/a/x.rs:2: `crate::b::g`: a (layer low) imports b (layer high), a higher layer",
+            "src/d.rs: module `d` is in no layer",
+        ]
+    );
+}
