@@ -43,6 +43,7 @@ fn point() -> Point {
         }),
         seed: 1,
         vm_vcpus: None,
+        boot_group: 0,
     }
 }
 

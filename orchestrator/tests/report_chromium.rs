@@ -49,6 +49,7 @@ fn point(p: u32, params: &[(&str, i64)]) -> Point {
         ),
         seed: 1,
         vm_vcpus: None,
+        boot_group: 0,
     }
 }
 
@@ -131,6 +132,7 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
         ),
         boots: Vec::new(),
         boot_to_agent_ms: vec![900],
+        variance: Vec::new(),
         devices: vec![
             serde_json::from_value(
                 serde_json::json!({"spec": {"name": "data", "kind": "nvme", "size": "32M"}}),
