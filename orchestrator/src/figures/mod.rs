@@ -8,6 +8,7 @@
 //! needs and joins them in `results/reproduce/`.
 
 pub mod caption;
+pub mod changepoint;
 pub mod claims;
 pub mod compare;
 pub mod data;
