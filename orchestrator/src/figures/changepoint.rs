@@ -69,7 +69,7 @@ pub fn detect(x: &[f64], cfg: &Config) -> Vec<ChangePoint> {
     // The newest observation against the segment it would extend.
     let n = x.len();
     let start = cuts.last().copied().unwrap_or(0);
-    if n >= 1 && n - 1 >= start + min && !cuts.contains(&(n - 1)) {
+    if n > start + min && !cuts.contains(&(n - 1)) {
         let cp = test(x, start, n - 1, n);
         if passes(&cp, cfg) {
             cuts.push(n - 1);

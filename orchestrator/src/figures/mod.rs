@@ -19,6 +19,7 @@ pub mod extract;
 pub mod fit;
 pub mod font;
 pub mod gate;
+pub mod history;
 pub mod png;
 pub mod report;
 pub mod stats;
