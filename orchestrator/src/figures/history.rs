@@ -243,6 +243,14 @@ fn flag_text(f: Flag) -> &'static str {
     }
 }
 
+fn p_text(p: f64) -> String {
+    if p < 1e-4 {
+        "p < 0.0001".into()
+    } else {
+        format!("p = {p:.4}")
+    }
+}
+
 pub fn render(h: &History) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -258,13 +266,13 @@ pub fn render(h: &History) -> String {
         for st in &v.steps {
             let _ = writeln!(
                 s,
-                "  {} → {}: {} → {} ({:+.1}%, p={:.2e})  {}",
+                "  {} → {}: {} → {} ({:+.1}%, {})  {}",
                 st.before_run,
                 st.after_run,
                 fmt_num(st.before),
                 fmt_num(st.after),
                 st.change_pct,
-                st.p,
+                p_text(st.p),
                 flag_text(st.flag)
             );
         }
