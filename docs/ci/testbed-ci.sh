@@ -7,10 +7,13 @@
 #      (cached in $TESTBED_CACHE by the tree's content: a second run of the
 #      same tree builds nothing),
 #   3. runs a quick spec against it (under TCG by default),
-#   4. compares the run with the baseline run kept in the cache:
-#      `testbed compare --fail-on-regression BASELINE NEW`. A regression
-#      fails the job (exit 4). With no baseline yet, this run is stored as
-#      the baseline and the job passes, saying so.
+#   4. looks for change points over the last runs kept in the cache (a
+#      history of up to TESTBED_CI_KEEP runs, default 20):
+#      `testbed history --fail-on-change HISTORY NEW`. When this run starts
+#      a new segment the worse way, the job fails (exit 4). The claims are
+#      gated on the newest kept run: `testbed check NEW --baseline LAST`
+#      (exit 6 when a claim that held there no longer holds). With no
+#      history yet, this run is stored as its first run and the job passes.
 #
 # Knobs (environment variables; see docs/ci/README.md):
 #   TESTBED_CI_TREE         your kernel tree: a git checkout or a plain directory
@@ -20,19 +23,21 @@
 #   TESTBED_CI_PATCHES      a patch series of kernel-configs/patches/ the written descriptor
 #                           applies, to a copy of your tree (default none; e.g. storage-hooks)
 #   TESTBED_CI_SPEC         the spec to run (default experiments/smoke.toml)
-#   TESTBED_CI_REPETITIONS  repetitions (default 5; compare needs them for its intervals)
+#   TESTBED_CI_REPETITIONS  repetitions (default 5; a run's value is their median)
 #   TESTBED_CI_ACCEL        tcg (default), kvm or auto
 #   TESTBED_CACHE           the cache (default ~/.cache/testbed)
-#   TESTBED_CI_BASELINE     the baseline run directory (default
-#                           $TESTBED_CACHE/ci-baseline/<spec file name>)
-#   TESTBED_CI_UPDATE_BASELINE  1: a run that passes becomes the new baseline (main branch)
-#   TESTBED_CI_OUT          this job's files: descriptor, spec, run, compare.txt
+#   TESTBED_CI_HISTORY      the kept runs (default $TESTBED_CACHE/ci-history/<spec file name>)
+#   TESTBED_CI_KEEP         how many runs the history keeps (default 20; the oldest go)
+#   TESTBED_CI_UPDATE_HISTORY  1: a run that passes joins the history (main branch);
+#                           TESTBED_CI_UPDATE_BASELINE=1 is read the same way
+#   TESTBED_CI_OUT          this job's files: descriptor, spec, run, history.txt, history.json
 #                           (default ./testbed-ci-out)
 #   TESTBED_CI_INSTALL      needed (default): the packages this job needs; all: ./x setup;
 #                           none: install nothing. ./x build runs unless TESTBED_CI_BUILD=0.
 #
-# Exit status: 0 pass (or baseline stored), 4 regression, 5 nothing compared
-# (the baseline is of another spec), anything else: a step failed.
+# Exit status: 0 pass (or first run stored), 4 the newest run starts a
+# regression, 5 the history is of another experiment, 6 a claim that held in
+# the newest kept run no longer holds, anything else: a step failed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -46,6 +51,8 @@ CACHE=${TESTBED_CACHE:-$HOME/.cache/testbed}
 export TESTBED_CACHE=$CACHE
 SPEC=${TESTBED_CI_SPEC:-$ROOT/experiments/smoke.toml}
 REPS=${TESTBED_CI_REPETITIONS:-5}
+KEEP=${TESTBED_CI_KEEP:-20}
+UPDATE=${TESTBED_CI_UPDATE_HISTORY:-${TESTBED_CI_UPDATE_BASELINE:-0}}
 ACCEL=${TESTBED_CI_ACCEL:-tcg}
 OUT=${TESTBED_CI_OUT:-$PWD/testbed-ci-out}
 INSTALL=${TESTBED_CI_INSTALL:-needed}
@@ -53,9 +60,10 @@ FRAGMENTS=${TESTBED_CI_FRAGMENTS:-vm-base}
 PATCHES=${TESTBED_CI_PATCHES:-}
 [ -f "$SPEC" ] || die "TESTBED_CI_SPEC: no spec at $SPEC"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "TESTBED_CI_REPETITIONS=$REPS is not a positive number"
+[[ "$KEEP" =~ ^[1-9][0-9]*$ ]] || die "TESTBED_CI_KEEP=$KEEP is not a positive number"
 SPEC=$(realpath "$SPEC")
 SPEC_NAME=$(basename "$SPEC" .toml)
-BASELINE=${TESTBED_CI_BASELINE:-$CACHE/ci-baseline/$SPEC_NAME}
+HISTORY=${TESTBED_CI_HISTORY:-$CACHE/ci-history/$SPEC_NAME}
 mkdir -p "$OUT" "$CACHE"
 OUT=$(realpath "$OUT")
 
@@ -196,37 +204,69 @@ say "running $RUN_SPEC ($REPS repetitions, accel $ACCEL) into $NEW"
 "$TESTBED" plot "$NEW" >/dev/null || say "(could not draw the figures; the comparison does not need them)"
 end
 
-# 4. Compare with the baseline.
-begin compare
-store_baseline() {
-  mkdir -p "$(dirname "$BASELINE")"
-  rm -rf "$BASELINE.new"
-  cp -a "$NEW" "$BASELINE.new"
-  rm -rf "$BASELINE"
-  mv "$BASELINE.new" "$BASELINE"
+# 4. Change points over the kept runs and this one; the claims gate.
+begin history
+# The kept runs, oldest first: their names are run-<UTC time>.
+kept() { find "$HISTORY" -mindepth 2 -maxdepth 2 -name manifest.json -printf '%h\n' 2>/dev/null | sort; }
+store_run() {
+  mkdir -p "$HISTORY"
+  local dest
+  dest=$HISTORY/$(basename "$NEW")
+  rm -rf "$dest.new"
+  cp -a "$NEW" "$dest.new"
+  rm -rf "$dest"
+  mv "$dest.new" "$dest"
+  # The oldest go, so the history (and the CI cache) stays at KEEP runs.
+  kept | head -n "-$KEEP" | while read -r old; do
+    say "the history keeps $KEEP runs: dropping $old"
+    rm -rf "$old"
+  done
 }
-if [ ! -f "$BASELINE/manifest.json" ]; then
-  store_baseline
-  say "no baseline at $BASELINE: stored this run as the baseline; nothing to compare, the job passes"
+# A copy an interrupted job left half-made is no run of the history.
+rm -rf "$HISTORY"/*.new
+mapfile -t KEPT < <(kept)
+if [ "${#KEPT[@]}" = 0 ]; then
+  store_run
+  say "no history at $HISTORY: stored this run as its first; nothing to compare, the job passes"
   exit 0
 fi
-say "testbed compare --fail-on-regression $BASELINE $NEW"
+LAST=${KEPT[-1]}
+say "testbed history --fail-on-change $HISTORY (${#KEPT[@]} runs) $NEW"
 set +e
-"$TESTBED" compare --fail-on-regression "$BASELINE" "$NEW" | tee "$OUT/compare.txt"
+"$TESTBED" history --fail-on-change "$HISTORY" "$NEW" 2>"$OUT/history.err" | tee "$OUT/history.txt"
+rc=${PIPESTATUS[0]}
+"$TESTBED" history --json "$HISTORY" "$NEW" >"$OUT/history.json" 2>/dev/null
+set -e
+cat "$OUT/history.err" >&2
+failed=0
+if [ "$rc" = 1 ] && grep -q '^newest run: REGRESSION' "$OUT/history.txt"; then
+  say "REGRESSION: this run starts a new segment the worse way (see above; $OUT/history.txt); the job fails"
+  failed=4
+elif [ "$rc" != 0 ]; then
+  if grep -q "a history is of one experiment's runs" "$OUT/history.err"; then
+    say "the history $HISTORY is of another experiment: delete it to start a new one"
+    exit 5
+  fi
+  die "testbed history failed (exit $rc)"
+fi
+end
+
+begin claims
+say "testbed check $NEW --baseline $LAST"
+set +e
+"$TESTBED" check "$NEW" --baseline "$LAST" | tee "$OUT/claims.txt"
 rc=${PIPESTATUS[0]}
 set -e
-if [ "$rc" = 4 ]; then
-  say "REGRESSION: a figure got worse, the whole 95 % interval of the change beyond the minimum effect (see above; $OUT/compare.txt); the job fails"
-  exit 4
+if [ "$rc" = 1 ] && grep -q '^baseline gate: .*FAILS$' "$OUT/claims.txt"; then
+  say "a claim that held in the newest kept run ($LAST) no longer holds; the job fails"
+  [ "$failed" != 0 ] || failed=6
+elif [ "$rc" != 0 ]; then
+  die "testbed check failed (exit $rc)"
 fi
-[ "$rc" = 0 ] || die "testbed compare failed (exit $rc)"
-if grep -q '^0 values compared' "$OUT/compare.txt"; then
-  say "nothing compared: the baseline $BASELINE is of another spec or figure; delete it to store a new one"
-  exit 5
-fi
-if [ "${TESTBED_CI_UPDATE_BASELINE:-0}" = 1 ]; then
-  store_baseline
-  say "no regression; this run is the new baseline ($BASELINE)"
+[ "$failed" = 0 ] || exit "$failed"
+if [ "$UPDATE" = 1 ]; then
+  store_run
+  say "no regression; this run joins the history ($HISTORY, up to $KEEP runs)"
 else
-  say "no regression against the baseline $BASELINE"
+  say "no regression over the history $HISTORY"
 fi

@@ -120,6 +120,33 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         min_effect: f64,
     },
+    /// Change points of every value compare knows over a history of runs
+    /// of one experiment: where each series stepped, the runs on either
+    /// side, the segments' medians and the p-value.
+    History {
+        /// Run directories, oldest first; a directory holding run
+        /// directories stands for them, ordered by their start time.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        #[arg(long)]
+        figures: Option<PathBuf>,
+        /// Print the history as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 when the newest run starts a new segment the worse way
+        /// (any way where the panel has no better direction).
+        #[arg(long)]
+        fail_on_change: bool,
+        /// The smallest change of the segment medians, in percent.
+        #[arg(long, default_value_t = 5.0)]
+        min_effect: f64,
+        /// The largest p-value (two-sided t-test of the segments) of a change point.
+        #[arg(long, default_value_t = 0.01)]
+        max_p: f64,
+        /// The fewest runs of a segment (the newest run may start one alone).
+        #[arg(long, default_value_t = 2)]
+        min_size: usize,
+    },
     /// Run every spec a family or figure needs (resuming), then plot, check and report.
     Reproduce {
         /// A family (bpf-storage, flight, ...) or a figure id; default all.
@@ -422,6 +449,43 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             print!("{}", figures::compare::render(&c));
             Ok(if fail_on_regression && c.regressions() > 0 {
                 ExitCode::from(4)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::History {
+            runs,
+            figures,
+            json,
+            fail_on_change,
+            min_effect,
+            max_p,
+            min_size,
+        } => {
+            if !(min_effect.is_finite() && min_effect >= 0.0) {
+                anyhow::bail!("--min-effect {min_effect}: a percentage ≥ 0, such as 5");
+            }
+            if !(max_p > 0.0 && max_p <= 1.0) {
+                anyhow::bail!("--max-p {max_p}: a p-value in (0, 1], such as 0.01");
+            }
+            if min_size == 0 {
+                anyhow::bail!("--min-size 0: a segment has at least one run");
+            }
+            let defs = figures::def::load_all(&figure_defs(figures))?;
+            let dirs = figures::history::run_dirs(&runs)?;
+            let cfg = figures::changepoint::Config {
+                max_p,
+                min_effect: min_effect / 100.0,
+                min_size,
+            };
+            let h = figures::history::history(&dirs, &defs, &cfg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&h)?);
+            } else {
+                print!("{}", figures::history::render(&h));
+            }
+            Ok(if fail_on_change && !h.newest_regressions().is_empty() {
+                ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
             })

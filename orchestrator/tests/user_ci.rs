@@ -14,22 +14,26 @@
 //!   copy of the tree, in place, with vm-hooks' configuration: every object
 //!   but the user's init/main.c comes from the compiler cache that
 //!   `./x test`'s vm-hooks build filled (minutes instead of ~12 cold);
-//! - run 1 finds no baseline, stores its run as the baseline and passes;
-//! - run 2, same kernel and spec: `compare` finds no regression, exit 0;
-//! - run 3 runs the same spec on a genuinely slower device (QEMU's null
+//! - every job runs as the main branch's (TESTBED_CI_UPDATE_HISTORY=1): a
+//!   run that passes joins the history of kept runs;
+//! - run 1 finds no history, stores its run as the first and passes;
+//! - runs 2 and 3, same kernel and spec: `testbed history` over the kept
+//!   runs and the new one finds no regression starting at the newest run,
+//!   exit 0, and the history grows to 3 runs;
+//! - run 4 runs the same spec on a genuinely slower device (QEMU's null
 //!   backend with 1 ms completion latency instead of the file-backed
-//!   namespace): `compare` flags the latency and IOPS panels, and the job
-//!   fails with exit 4.
+//!   namespace): `history` finds that run 4 starts a new segment in the
+//!   latency and IOPS panels, and the job fails with exit 4; the history
+//!   keeps its 3 runs.
 //!
-//! Sizing: compare flags a change only when the two 95 % intervals do not
-//! overlap. With 5 repetitions (the script's default) each point's
-//! interval is a bootstrap over the repetitions' values, run at different
-//! times of the run (points go repetition by repetition), so the drift of
-//! a shared host under TCG shows in it; a 1 ms device against the ~0.2 ms
-//! of the file-backed one is far outside it.
+//! Sizing: the newest run is tested against the kept runs with a t-test
+//! on the runs' medians (p ≤ 0.01) and must move the median by 5 % or
+//! more; the spread is the kept runs' own run-to-run spread. A 1 ms device
+//! against the ~0.1 ms of the file-backed one is far outside it, while two
+//! runs of one kernel under TCG are not 5 % apart at p ≤ 0.01 on three runs.
 //!
 //! Kernels are cached in the default cache ($TESTBED_CACHE or
-//! ~/.cache/testbed), like every other test; the baseline and the runs are
+//! ~/.cache/testbed), like every other test; the history and the runs are
 //! in the temp dir.
 //!
 //! Slow (ignored; `./x test` runs it):
@@ -153,7 +157,7 @@ struct Job {
 
 /// Runs docs/ci/testbed-ci.sh with the spec and output dir given; its
 /// output is shown live and kept.
-fn ci_job(tree: &Path, baseline: &Path, spec: &Path, out: &Path) -> Job {
+fn ci_job(tree: &Path, history: &Path, spec: &Path, out: &Path) -> Job {
     let script = repo().join("docs/ci/testbed-ci.sh");
     let log = out.with_extension("log");
     let started = Instant::now();
@@ -166,11 +170,14 @@ fn ci_job(tree: &Path, baseline: &Path, spec: &Path, out: &Path) -> Job {
         .env("TESTBED_CI_FRAGMENTS", "vm-base storage-hooks")
         .env("TESTBED_CI_PATCHES", "storage-hooks")
         .env("TESTBED_CI_SPEC", spec)
-        .env("TESTBED_CI_BASELINE", baseline)
+        .env("TESTBED_CI_HISTORY", history)
+        // As the main branch: a run that passes joins the history.
+        .env("TESTBED_CI_UPDATE_HISTORY", "1")
         .env("TESTBED_CI_OUT", out)
         .env("TESTBED_CACHE", testbed::kernel::default_cache_root())
         .env_remove("TESTBED_CI_KERNEL")
         .env_remove("TESTBED_CI_UPDATE_BASELINE")
+        .env_remove("TESTBED_CI_KEEP")
         .env_remove("TESTBED_CI_REPETITIONS");
     // Variables cargo set for this test crate; the script's `./x build`
     // would otherwise rebuild what the plain `./x build` built (build
@@ -222,6 +229,16 @@ fn run_dir(out: &Path) -> PathBuf {
     runs[0].clone()
 }
 
+/// The run directories of the history, oldest first (named run-<UTC time>).
+fn kept(history: &Path) -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(history)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    runs.retain(|p| p.join("manifest.json").is_file());
+    runs.sort();
+    runs
+}
+
 fn manifest(run: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(run.join("manifest.json")).unwrap()).unwrap()
 }
@@ -234,27 +251,29 @@ mod measures {
 
     #[test]
     #[ignore = "builds a kernel from a 6.1 tree (minutes after ./x test's vm-hooks build, ~12 min with an empty compiler cache; cached after) and boots 3 VMs under TCG; ./x test runs it"]
-    fn the_ci_job_stores_a_baseline_passes_the_same_kernel_and_fails_a_slower_device() {
+    fn the_ci_job_keeps_a_history_passes_the_same_kernel_and_fails_a_slower_device() {
         let tmp = tempfile::tempdir().unwrap();
         // The tree and the runs are the user's private data.
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let tree = user_tree(tmp.path());
-        let baseline = tmp.path().join("cache/ci-baseline/smoke");
+        let history = tmp.path().join("cache/ci-history/smoke");
         let smoke = repo().join("experiments/smoke.toml");
 
-        // Run 1: no baseline yet. It is stored, and the job passes.
-        let first = ci_job(&tree, &baseline, &smoke, &tmp.path().join("out1"));
+        // Run 1: no history yet. It is stored as its first run, and the job passes.
+        let first = ci_job(&tree, &history, &smoke, &tmp.path().join("out1"));
         assert_eq!(first.status, 0, "{}", first.log);
         assert!(
             first
                 .log
-                .contains("stored this run as the baseline; nothing to compare, the job passes"),
+                .contains("stored this run as its first; nothing to compare, the job passes"),
             "{}",
             first.log
         );
         let run1 = run_dir(&tmp.path().join("out1"));
-        assert!(baseline.join("manifest.json").is_file());
-        assert!(baseline.join("samples.parquet").is_file());
+        let stored = kept(&history);
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        assert_eq!(stored[0].file_name(), run1.file_name());
+        assert!(stored[0].join("samples.parquet").is_file());
         // The kernel that ran is the user's tree, at its commit, built by the
         // local-tree descriptor the script wrote.
         let m = manifest(&run1);
@@ -310,31 +329,42 @@ mod measures {
             "{ci_kernel}"
         );
 
-        // Run 2: the same kernel (cached, not rebuilt) and spec: no regression.
-        let second = ci_job(&tree, &baseline, &smoke, &tmp.path().join("out2"));
-        assert_eq!(second.status, 0, "{}", second.log);
-        assert!(
-            !second.log.contains("building bzImage"),
-            "the kernel was built again:\n{}",
-            second.log
-        );
-        assert!(
-            second.log.contains("no regression against the baseline"),
-            "{}",
-            second.log
-        );
-        let compared = std::fs::read_to_string(tmp.path().join("out2/compare.txt")).unwrap();
-        assert!(
-            compared.contains("values compared, 0 regressions") && !compared.contains("REGRESSION"),
-            "{compared}"
-        );
-        assert!(!compared.starts_with("0 values"), "{compared}");
-        assert_eq!(
-            manifest(&run_dir(&tmp.path().join("out2")))["inputs"]["kernel"]["key"],
-            key
-        );
+        // Runs 2 and 3: the same kernel (cached, not rebuilt) and spec: no
+        // regression starts at the newest run, and each joins the history.
+        for (n, out) in [(2, "out2"), (3, "out3")] {
+            let job = ci_job(&tree, &history, &smoke, &tmp.path().join(out));
+            assert_eq!(job.status, 0, "{}", job.log);
+            assert!(
+                !job.log.contains("building bzImage"),
+                "the kernel was built again:\n{}",
+                job.log
+            );
+            assert!(
+                job.log
+                    .contains("no regression; this run joins the history"),
+                "{}",
+                job.log
+            );
+            let found = std::fs::read_to_string(tmp.path().join(out).join("history.txt")).unwrap();
+            assert!(
+                found.starts_with(&format!("{n} runs of smoke"))
+                    && found.contains("newest run: no regression starts there")
+                    && !found.contains("REGRESSION"),
+                "{found}"
+            );
+            let claims = std::fs::read_to_string(tmp.path().join(out).join("claims.txt")).unwrap();
+            assert!(claims.contains("baseline gate:"), "{claims}");
+            assert_eq!(kept(&history).len(), n);
+            assert_eq!(
+                manifest(&run_dir(&tmp.path().join(out)))["inputs"]["kernel"]["key"],
+                key
+            );
+        }
+        // With three runs, every value of the figure is followed (none too short).
+        let found = std::fs::read_to_string(tmp.path().join("out3/history.txt")).unwrap();
+        assert!(found.contains(", 0 in fewer than 3 runs"), "{found}");
 
-        // Run 3: the same spec on a slower device. A real, measured regression.
+        // Run 4: the same spec on a slower device. A real, measured regression.
         let slow = tmp.path().join("smoke.toml");
         let text = std::fs::read_to_string(&smoke).unwrap();
         let device = "size = \"256M\"\n";
@@ -348,22 +378,57 @@ mod measures {
             ),
         )
         .unwrap();
-        let third = ci_job(&tree, &baseline, &slow, &tmp.path().join("out3"));
-        assert_eq!(third.status, 4, "{}", third.log);
-        assert!(third.log.contains("REGRESSION"), "{}", third.log);
-        let compared = std::fs::read_to_string(tmp.path().join("out3/compare.txt")).unwrap();
-        let flagged: Vec<&str> = compared
-            .lines()
-            .filter(|l| l.contains("REGRESSION"))
-            .collect();
-        assert!(!flagged.is_empty(), "{compared}");
-        // The baseline is still run 1's: a failing run never replaces it.
-        assert_eq!(manifest(&baseline)["run_id"], manifest(&run1)["run_id"]);
+        let slower = ci_job(&tree, &history, &slow, &tmp.path().join("out4"));
+        assert_eq!(slower.status, 4, "{}", slower.log);
+        assert!(
+            slower
+                .log
+                .contains("REGRESSION: this run starts a new segment"),
+            "{}",
+            slower.log
+        );
+        let run4 = run_dir(&tmp.path().join("out4"));
+        let run4_name = run4.file_name().unwrap().to_string_lossy().into_owned();
+        let found = std::fs::read_to_string(tmp.path().join("out4/history.txt")).unwrap();
+        assert!(
+            found.contains(&format!("newest run: REGRESSION, {run4_name}")),
+            "{found}"
+        );
+        // Both panels step at run 4, from run 3 (the newest kept run).
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(tmp.path().join("out4/history.json")).unwrap(),
+        )
+        .unwrap();
+        let run3_name = run_dir(&tmp.path().join("out3"))
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let mut panels = Vec::new();
+        for v in json["changed"].as_array().unwrap() {
+            for st in v["steps"].as_array().unwrap() {
+                if st["after_run"] == run4_name.as_str() {
+                    assert_eq!(st["before_run"], run3_name.as_str(), "{v}");
+                    assert_eq!(st["flag"], "regression", "{v}");
+                    panels.push(v["panel"].as_str().unwrap_or_default().to_string());
+                }
+            }
+        }
+        panels.sort();
+        panels.dedup();
+        assert_eq!(panels, ["iops", "latency"], "{found}");
+        // A failing run never joins the history.
+        let stored = kept(&history);
+        assert_eq!(stored.len(), 3, "{stored:?}");
+        assert_eq!(
+            manifest(stored.last().unwrap())["run_id"],
+            manifest(&run_dir(&tmp.path().join("out3")))["run_id"]
+        );
+        let flagged: Vec<&str> = found.lines().filter(|l| l.contains("REGRESSION")).collect();
         eprintln!(
-            "job times: first {:.0} s, second {:.0} s, regression {:.0} s; flagged:\n{}",
+            "job times: first {:.0} s, slower device {:.0} s; history of run 4:\n{found}\nflagged:\n{}",
             first.seconds,
-            second.seconds,
-            third.seconds,
+            slower.seconds,
             flagged.join("\n")
         );
     }

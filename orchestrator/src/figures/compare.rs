@@ -21,9 +21,9 @@ use serde::Serialize;
 
 use super::def::{Better, FigureDef};
 use super::error::FigureError;
-use super::extract::{Series, SeriesPoint, fmt_num};
+use super::extract::{PanelData, Series, SeriesPoint, XKey, fmt_num};
 use super::stats::{self, Estimate, Rep, Spread};
-use super::{Figure, compute};
+use super::{Figure, RunFigures, compute};
 
 /// The smallest change flagged unless asked otherwise: 5 %.
 pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
@@ -135,6 +135,12 @@ pub fn flag(
     if lo < min_effect && hi > -min_effect {
         return Flag::Undecided;
     }
+    direction(change, better)
+}
+
+/// A decided change by its direction: a regression when it goes the
+/// panel's worse way, "changed" when the panel has no better direction.
+pub fn direction(change: f64, better: Option<Better>) -> Flag {
     let up = change > 0.0;
     match better {
         None => Flag::Changed,
@@ -192,11 +198,64 @@ fn series_changes(
     }
 }
 
+/// A figure's panels with the direction that is better in each.
+fn panels(fig: &Figure) -> impl Iterator<Item = (&str, Option<Better>, &PanelData)> {
+    fig.def
+        .panels
+        .iter()
+        .zip(&fig.panels)
+        .map(|(p, (name, d))| (name.as_str(), p.y.better, d))
+}
+
+/// Where a value sits, as compare pairs values of two runs and history
+/// follows them over many: figure id, panel, series key, x.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ValueKey {
+    pub figure: String,
+    pub panel: String,
+    pub series: String,
+    pub x: XKey,
+}
+
+/// One value of a run: its point (median and repetitions) and key.
+#[derive(Debug, Clone)]
+pub struct Value<'a> {
+    pub key: ValueKey,
+    pub label: &'a str,
+    pub better: Option<Better>,
+    pub point: &'a SeriesPoint,
+}
+
+/// Every value of a run's figures that compare would pair.
+pub fn values(rf: &RunFigures) -> Vec<Value<'_>> {
+    let mut out = Vec::new();
+    for fig in &rf.figures {
+        for (panel, better, d) in panels(fig) {
+            for s in &d.series {
+                for p in &s.points {
+                    out.push(Value {
+                        key: ValueKey {
+                            figure: fig.def.id.clone(),
+                            panel: panel.to_string(),
+                            series: s.key.clone(),
+                            x: p.x.clone(),
+                        },
+                        label: &s.label,
+                        better,
+                        point: p,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 fn figure_changes(fa: &Figure, fb: &Figure, out: &mut Comparison) {
-    for (p, ((name, da), (_, db))) in fa.def.panels.iter().zip(fa.panels.iter().zip(&fb.panels)) {
+    for ((name, better, da), (_, _, db)) in panels(fa).zip(panels(fb)) {
         for sa in &da.series {
             match db.series(&sa.key) {
-                Some(sb) => series_changes(&fa.def.id, name, p.y.better, sa, sb, out),
+                Some(sb) => series_changes(&fa.def.id, name, better, sa, sb, out),
                 None => out.unmatched.push(format!(
                     "{}/{name}: series {} only in A",
                     fa.def.id, sa.label
@@ -296,7 +355,6 @@ pub fn render(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::figures::extract::XKey;
     use crate::figures::stats::CiMethod;
 
     fn point(values: &[f64]) -> SeriesPoint {

@@ -14,6 +14,14 @@ pub enum FigureError {
     Samples(#[from] crate::results::samples::SamplesError),
     #[error("figure {figure}: drawing failed: {reason}")]
     Draw { figure: String, reason: String },
+    #[error(
+        "{run}: a run of experiment {found}, the runs before it are of {expected}; a history is of one experiment's runs"
+    )]
+    MixedExperiments {
+        run: PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("{0}")]
     Other(String),
 }

@@ -8,6 +8,7 @@
 //! needs and joins them in `results/reproduce/`.
 
 pub mod caption;
+pub mod changepoint;
 pub mod claims;
 pub mod compare;
 pub mod data;
@@ -18,6 +19,7 @@ pub mod extract;
 pub mod fit;
 pub mod font;
 pub mod gate;
+pub mod history;
 pub mod png;
 pub mod report;
 pub mod stats;

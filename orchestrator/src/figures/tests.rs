@@ -935,3 +935,151 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
         gate.lost
     );
 }
+
+/// One run of a history: read and io-uring at depth 1 and 2, 3
+/// repetitions; read throughput `read_level` × a run-to-run wobble of
+/// 2 % (fixed seed per run), started `i` minutes after the first.
+fn history_run(t: &Path, name: &str, i: u64, read_level: f64, experiment: &str) -> PathBuf {
+    let mut rng = super::stats::Rng::new(1000 + i);
+    let wobble = 1.0 + 0.02 * rng.normal();
+    let mut s = Synth::new(&t.join(name));
+    for d in 1..=2i64 {
+        for rep in 0..3u32 {
+            let jitter = 1.0 + 0.002 * (f64::from(rep) - 1.0);
+            let read = read_level * wobble * jitter * 100.0 / d as f64;
+            s.ok(
+                (d - 1) as u32,
+                rep,
+                &[("depth", int(d))],
+                &[chunk(
+                    "lookup_latency",
+                    &[("engine", "read")],
+                    vec![10_000.0 * d as f64; 4],
+                )],
+                summary(&[
+                    ("read.lookups_per_s", read),
+                    ("io-uring.lookups_per_s", 100.0 * wobble * jitter / d as f64),
+                    ("depth", d as f64),
+                ]),
+            );
+        }
+    }
+    let dir = s.finish(experiment, &["t-lookups"]);
+    let path = dir.join("manifest.json");
+    let mut m = manifest::read(&path).unwrap();
+    m.run_id = format!("2026010{i}T000000-{name}");
+    m.started_at = manifest::format_utc(1_767_225_600 + 60 * i);
+    manifest::write(&path, &m).unwrap();
+    dir
+}
+
+#[test]
+fn history_finds_a_ten_percent_step_at_its_run_and_none_in_a_flat_history() {
+    use super::changepoint::Config;
+    use super::compare::Flag;
+    use super::history::{history, run_dirs};
+    let t = tempfile::tempdir().unwrap();
+    let defs = defs(t.path());
+    let cfg = Config::default();
+    let make = |sub: &str, levels: &[f64]| -> Vec<PathBuf> {
+        levels
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                history_run(
+                    &t.path().join(sub),
+                    &format!("r{i}"),
+                    i as u64,
+                    l,
+                    "lookups",
+                )
+            })
+            .collect()
+    };
+
+    // Flat: eight runs of the same throughput, 2 % apart run to run.
+    let flat = history(&make("flat", &[1.0; 8]), &defs, &cfg).unwrap();
+    assert_eq!(flat.runs.len(), 8);
+    assert!(flat.changed.is_empty(), "{}", super::history::render(&flat));
+    assert!(flat.unchanged >= 6, "{}", flat.unchanged);
+    assert!(flat.newest_regressions().is_empty());
+
+    // Read throughput 10 % lower from run 6 of 9 on: a regression (higher
+    // is better) starting at r6, with r5 before it; io-uring unchanged.
+    let mut levels = vec![1.0; 6];
+    levels.extend([0.9; 3]);
+    let stepped = history(&make("step", &levels), &defs, &cfg).unwrap();
+    let text = super::history::render(&stepped);
+    let tput: Vec<_> = stepped
+        .changed
+        .iter()
+        .filter(|v| v.panel == "tput")
+        .collect();
+    assert_eq!(tput.len(), 2, "{text}");
+    for v in &tput {
+        assert_eq!(v.series, "read", "{text}");
+        assert_eq!(v.runs.len(), 9);
+        assert_eq!(v.runs[0].reps.len(), 3);
+        let [s] = v.steps.as_slice() else {
+            panic!("{text}")
+        };
+        assert_eq!((s.before_run.as_str(), s.after_run.as_str()), ("r5", "r6"));
+        assert_eq!(s.flag, Flag::Regression);
+        assert!((s.change_pct + 10.0).abs() < 3.0, "{text}");
+        assert!(s.p <= cfg.max_p, "{text}");
+    }
+    assert!(text.contains("r5 → r6"), "{text}");
+    // The step began before the newest run: the CI gate has nothing new.
+    assert!(stepped.newest_regressions().is_empty(), "{text}");
+
+    // The newest run alone 10 % lower: it starts a regression, the gate's case.
+    let mut levels = vec![1.0; 8];
+    levels.push(0.9);
+    let newest = history(&make("newest", &levels), &defs, &cfg).unwrap();
+    let text = super::history::render(&newest);
+    let regs = newest.newest_regressions();
+    assert!(regs.iter().all(|(_, s)| s.after_run == "r8"), "{text}");
+    let worse: Vec<_> = regs
+        .iter()
+        .filter(|(_, s)| s.flag == Flag::Regression)
+        .map(|(v, _)| (v.panel.as_str(), v.series.as_str()))
+        .collect();
+    assert_eq!(worse, [("tput", "read"); 2], "{text}");
+    // The speedup panel has no better direction: any change there counts.
+    assert_eq!(regs.len(), 4, "{text}");
+    assert!(text.contains("newest run: REGRESSION, r8"), "{text}");
+    // As JSON too.
+    let json = serde_json::to_value(&newest).unwrap();
+    assert_eq!(json["changed"][2]["panel"], "tput", "{json}");
+    assert_eq!(json["changed"][2]["steps"][0]["after_run"], "r8", "{json}");
+    assert_eq!(
+        json["changed"][2]["runs"][8]["reps"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // A directory of runs stands for them, oldest first by start time,
+    // whatever their names.
+    let cache = t.path().join("cache");
+    for (i, name) in ["zz", "aa", "mm"].iter().enumerate() {
+        history_run(&cache, name, i as u64, 1.0, "lookups");
+    }
+    let dirs = run_dirs(std::slice::from_ref(&cache)).unwrap();
+    let names: Vec<_> = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["zz", "aa", "mm"]);
+
+    // Another experiment's run is an error naming it.
+    let other = history_run(t.path(), "other", 9, 1.0, "hook");
+    let mut mixed = dirs.clone();
+    mixed.push(other.clone());
+    let err = history(&mixed, &defs, &cfg).unwrap_err().to_string();
+    assert!(
+        err.contains(&other.display().to_string()) && err.contains("hook"),
+        "{err}"
+    );
+}

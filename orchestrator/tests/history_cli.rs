@@ -1,0 +1,168 @@
+//! `testbed history` as a CI job calls it, on run directories written with
+//! the run's own writers (per-point samples merged into samples.parquet, a
+//! manifest), no VM: a flat history passes `--fail-on-change`, a newest run
+//! 10 % slower fails it with exit 1 and is named in the JSON, and a
+//! directory of runs stands for them in start-time order.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use testbed::plan::Point;
+use testbed::results::{manifest, samples};
+use testbed_agent::protocol::SampleChunk;
+use testbed_agent::workload::Workload;
+use testbed_agent::workload::fault::{FaultMode, FaultParams};
+
+const FIGURE: &str = r#"
+id = "h-latency"
+title = "latency"
+family = "test"
+experiments = ["hist"]
+[[panels]]
+name = "latency"
+x = { column = "param_depth", label = "depth" }
+y = { metric = "read_latency", kind = "raw", stat = "mean", label = "latency", unit = "ns", better = "lower" }
+"#;
+
+fn point(depth: i64, rep: u32) -> Point {
+    Point {
+        point: (depth - 1) as u32,
+        rep,
+        params: [("depth".to_string(), toml::Value::Integer(depth))].into(),
+        workload: Workload::Fault(FaultParams {
+            mode: FaultMode::Error,
+            after_s: 0.0,
+            size: 1000,
+        }),
+        seed: 7,
+        vm_vcpus: None,
+    }
+}
+
+/// Run `i` of a history: depth 1 and 2, 3 repetitions, mean latency
+/// `level` × depth × a run-to-run wobble of up to ±2 % (fixed per run).
+fn write_run(dir: &Path, i: u32, level: f64) -> PathBuf {
+    let run_id = format!("20260101T{:06}-h{i}", i);
+    std::fs::create_dir_all(dir.join("points")).unwrap();
+    let wobble = 1.0 + 0.02 * ((f64::from(i) * 2.3).sin());
+    let mut files = Vec::new();
+    let mut records = Vec::new();
+    for depth in 1..=2i64 {
+        for rep in 0..3u32 {
+            let p = point(depth, rep);
+            let v = level * depth as f64 * wobble * (1.0 + 0.002 * f64::from(rep));
+            let chunk = SampleChunk {
+                job_id: 1,
+                metric: "read_latency".into(),
+                unit: "ns".into(),
+                thread: 0,
+                first_seq: 0,
+                tags: BTreeMap::new(),
+                values: vec![v; 4],
+            };
+            let b = samples::point_batch(&run_id, &p, 0, &[chunk]).unwrap();
+            let f = dir.join("points").join(format!("{}.parquet", p.id()));
+            samples::write_parquet(&f, b.schema(), &[b]).unwrap();
+            files.push(f);
+            records.push(serde_json::json!({
+                "id": p.id(), "point": p.point, "rep": rep,
+                "params": {"depth": depth}, "seed": 7, "ok": true, "boot": 0,
+            }));
+        }
+    }
+    samples::merge(&files, &dir.join("samples.parquet")).unwrap();
+    let m = serde_json::json!({
+        "testbed_version": "0.1.0", "status": "complete", "experiment": "hist",
+        "run_id": run_id, "figures": [], "spec_file": "hist.toml", "spec_sha256": "00",
+        "spec": {}, "executor": "host", "accel": null, "timing_note": "",
+        "qemu_argv": [], "guest": null, "boots": [], "boot_to_agent_ms": [],
+        "devices": [], "seed": 42, "points": records,
+        "started_at": manifest::format_utc(1_767_225_600 + 60 * u64::from(i)),
+        "finished_at": null, "wall_s": null,
+    });
+    std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
+    manifest::read(&dir.join("manifest.json")).expect("a valid manifest");
+    dir.to_path_buf()
+}
+
+fn history(args: &[&Path], extra: &[&str], figures: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_testbed"))
+        .arg("history")
+        .args(args)
+        .arg("--figures")
+        .arg(figures)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn history_fails_on_a_regression_the_newest_run_starts_and_passes_a_flat_one() {
+    let t = tempfile::tempdir().unwrap();
+    let figures = t.path().join("figures");
+    std::fs::create_dir_all(&figures).unwrap();
+    std::fs::write(figures.join("h-latency.toml"), FIGURE).unwrap();
+
+    // Eight flat runs in a cache directory, named against their time order.
+    let cache = t.path().join("cache");
+    for i in 0..8u32 {
+        write_run(&cache.join(format!("run-{}", 8 - i)), i, 1000.0);
+    }
+    let flat = history(&[&cache], &["--fail-on-change"], &figures);
+    let text = String::from_utf8_lossy(&flat.stdout);
+    assert_eq!(
+        flat.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&flat.stderr)
+    );
+    assert!(
+        text.starts_with("8 runs of hist, oldest first: run-8 … run-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0 values with a change point, 2 without"),
+        "{text}"
+    );
+
+    // The newest run 10 % slower: it starts a regression at both depths.
+    let slow = write_run(&t.path().join("new"), 8, 1100.0);
+    let out = history(&[&cache, &slow], &["--fail-on-change"], &figures);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("run-1 → new: "), "{text}");
+    assert!(text.contains("newest run: REGRESSION, new"), "{text}");
+    // Without --fail-on-change the same finding exits 0.
+    assert_eq!(
+        history(&[&cache, &slow], &[], &figures).status.code(),
+        Some(0)
+    );
+
+    let out = history(&[&cache, &slow], &["--json"], &figures);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changed = json["changed"].as_array().unwrap();
+    assert_eq!(changed.len(), 2, "{json}");
+    for v in changed {
+        let step = &v["steps"][0];
+        assert_eq!(step["after_run"], "new", "{v}");
+        assert_eq!(step["before_run"], "run-1", "{v}");
+        assert_eq!(step["flag"], "regression", "{v}");
+        let pct = step["change_pct"].as_f64().unwrap();
+        assert!((pct - 10.0).abs() < 3.0, "{v}");
+        assert_eq!(v["runs"].as_array().unwrap().len(), 9);
+    }
+
+    // A run of another experiment: an error naming it.
+    let other = write_run(&t.path().join("other"), 9, 1000.0);
+    let m = other.join("manifest.json");
+    let text = std::fs::read_to_string(&m).unwrap();
+    std::fs::write(&m, text.replace("\"hist\"", "\"elsewhere\"")).unwrap();
+    let out = history(&[&cache, &other], &[], &figures);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        err.contains(&other.display().to_string()) && err.contains("elsewhere"),
+        "{err}"
+    );
+}
