@@ -37,6 +37,7 @@ fn point(depth: i64, rep: u32) -> Point {
         }),
         seed: 7,
         vm_vcpus: None,
+        boot_group: 0,
     }
 }
 
