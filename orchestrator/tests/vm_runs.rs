@@ -715,14 +715,14 @@ mod measures {
 
     /// The smoke experiment (so its figure, smoke-latency, is drawn from it)
     /// on a null-co namespace that completes each read after `latency_ns`,
-    /// five repetitions spread over five boots.
+    /// six repetitions spread over six boots.
     fn slow_device_spec(latency_ns: u64) -> String {
         format!(
             r#"
 [experiment]
 name = "smoke"
-repetitions = 5
-boots = 5
+repetitions = 6
+boots = 6
 seed = 11
 
 [vm]
@@ -740,7 +740,7 @@ latency_ns = {latency_ns}
 kind = "randread"
 device = "data"
 block_size = 512
-reads_per_thread = 150
+reads_per_thread = 200
 warmup_reads = 10
 
 [sweep]
@@ -768,14 +768,14 @@ threads = [1, 2]
     }
 
     #[test]
-    #[ignore = "boots QEMU 15 times (about a minute under TCG)"]
+    #[ignore = "boots QEMU 18 times (about 100 s under TCG)"]
     fn compare_flags_a_device_ten_percent_slower_and_not_a_rerun_on_the_same() {
         let _g = serial();
         let t = tempfile::tempdir().unwrap();
-        // 2 ms per read: the device, not TCG's ~150 µs, sets the latency,
-        // so a 10 % slower device is a ~9 % slower read on any host.
-        let base = write_spec(t.path(), "base.toml", &slow_device_spec(2_000_000));
-        let slow = write_spec(t.path(), "slow.toml", &slow_device_spec(2_200_000));
+        // 4 ms per read: the device, not TCG's ~1 ms of overhead, sets the
+        // latency, so a 10 % slower device is a ~8 % slower read.
+        let base = write_spec(t.path(), "base.toml", &slow_device_spec(4_000_000));
+        let slow = write_spec(t.path(), "slow.toml", &slow_device_spec(4_400_000));
         let runs: Vec<PathBuf> = [("a1", &base), ("a2", &base), ("b", &slow)]
             .into_iter()
             .map(|(name, spec)| {
@@ -789,7 +789,7 @@ threads = [1, 2]
                     .iter()
                     .map(|p| p["boot"].as_u64().unwrap())
                     .collect();
-                assert_eq!(boots.len(), 5, "{name}: {m}");
+                assert_eq!(boots.len(), 6, "{name}: {m}");
                 out
             })
             .collect();
