@@ -207,6 +207,13 @@ pub struct VmSection {
     /// Extra kernel command-line words.
     #[serde(default)]
     pub cmdline: Vec<String>,
+    /// QEMU's threads on host CPUs: "off", "auto" or a list (qemu::pin).
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub pin: crate::qemu::pin::PinSetting,
+}
+
+fn is_off(p: &crate::qemu::pin::PinSetting) -> bool {
+    *p == crate::qemu::pin::PinSetting::Off
 }
 
 fn default_vcpus() -> u32 {
@@ -224,6 +231,7 @@ impl Default for VmSection {
             accel: AccelChoice::Auto,
             boot: BootPolicy::PerRun,
             cmdline: Vec::new(),
+            pin: Default::default(),
         }
     }
 }

@@ -50,6 +50,10 @@ pub struct BootRecord {
     /// The server VM's argv in a pair topology (its link settings included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_argv: Option<Vec<String>>,
+    /// Each QEMU thread (vCPUs by index) with the host CPUs it was pinned
+    /// to, or why not. Absent for boots of no VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<crate::qemu::pin::Pinning>,
 }
 
 /// Called with each finished point; an error stops the boot (e.g. a write failure).
