@@ -16,6 +16,7 @@ pub mod hosttools;
 pub mod image;
 pub mod kernel;
 pub mod lock;
+pub mod noise;
 pub mod paths;
 pub mod phases;
 pub mod plan;

@@ -707,3 +707,164 @@ fn flight_between_two_vms_on_a_socket_link() {
     assert!(out.join("console-server.log").exists() && out.join("console-client.log").exists());
     assert!(qemus_of_run(&out).is_empty(), "both VMs ended");
 }
+
+/// Numbers another test's load would move: run alone (.config/nextest.toml).
+mod measures {
+    use super::*;
+
+    /// One `yes > /dev/null` per host CPU, killed on drop.
+    struct Hog(Vec<Child>);
+
+    impl Hog {
+        fn start() -> Hog {
+            let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+            Hog((0..n)
+                .map(|_| {
+                    Command::new("yes")
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("yes runs")
+                })
+                .collect())
+        }
+    }
+
+    impl Drop for Hog {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// The host's busy share over `window` (this test process is idle).
+    fn busy_pct(window: Duration) -> f64 {
+        let read = || {
+            testbed::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap())
+                .unwrap()
+        };
+        let a = read();
+        std::thread::sleep(window);
+        testbed::noise::between(&a, 0, &read(), 0).0
+    }
+
+    /// Waits until other processes leave the host alone (other users of a
+    /// shared machine): a quiet run cannot be shown on a busy host.
+    fn wait_for_quiet_host() {
+        let deadline = Instant::now() + Duration::from_secs(20 * 60);
+        let mut last = 100.0;
+        while Instant::now() < deadline {
+            last = busy_pct(Duration::from_secs(5));
+            if last < 3.0 {
+                return;
+            }
+        }
+        panic!(
+            "the host stayed busy for 20 min (last 5 s: {last:.1} % of CPU): no quiet run to show"
+        );
+    }
+
+    fn noise_of(m: &serde_json::Value) -> Vec<(f64, bool)> {
+        points(m)
+            .iter()
+            .map(|p| {
+                let n = &p["noise"];
+                (
+                    n["others_pct"].as_f64().unwrap(),
+                    n["noisy"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    #[ignore = "boots QEMU VMs with the debian-cloud kernel (minutes under TCG), one with every host CPU hogged"]
+    fn a_hogged_hosts_points_are_marked_noisy_and_a_quiet_hosts_are_not() {
+        let _g = serial();
+        let t = tempfile::tempdir().unwrap();
+        let smoke = std::fs::read_to_string("../experiments/smoke.toml").unwrap();
+        let spec = write_spec(
+            t.path(),
+            "smoke-pinned.toml",
+            &smoke.replace("[vm]\n", "[vm]\npin = \"auto\"\n"),
+        );
+
+        wait_for_quiet_host();
+        let quiet = t.path().join("quiet");
+        let o = run_spec(&spec, &quiet, &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        let m = manifest(&quiet);
+        let noise = noise_of(&m);
+        eprintln!("quiet host: (others %, noisy) per point {noise:?}");
+        assert_eq!(noise.len(), 2);
+        assert!(
+            noise.iter().all(|(_, noisy)| !noisy),
+            "a quiet host's points are not noisy: {noise:?}"
+        );
+
+        // The vCPU threads and where they run, from QMP and the kernel.
+        let pinning = &m["boots"][0]["pinning"];
+        assert_eq!(pinning["requested"], "auto", "{pinning}");
+        let host: Vec<u64> = pinning["host_cpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .collect();
+        let vcpus = pinning["vcpus"].as_array().unwrap();
+        assert_eq!(vcpus.len(), 2, "{pinning}");
+        let mut cpus = Vec::new();
+        for (i, v) in vcpus.iter().enumerate() {
+            assert_eq!(v["vcpu"], i as u64, "{v}");
+            assert!(v["thread_id"].as_u64().unwrap() > 0, "{v}");
+            if host.len() >= 2 {
+                let c = v["host_cpus"].as_array().expect("pinned");
+                assert_eq!(c.len(), 1, "{v}");
+                cpus.push(c[0].as_u64().unwrap());
+            } else {
+                assert!(v["not_pinned"].as_str().is_some(), "{v}");
+            }
+        }
+        if host.len() >= 2 {
+            assert_ne!(cpus[0], cpus[1], "one CPU per vCPU: {pinning}");
+            assert!(cpus.iter().all(|c| host.contains(c)));
+        }
+        let shown = run(&["show", quiet.to_str().unwrap()]);
+        let shown = text(&shown);
+        eprintln!("{shown}");
+        assert!(shown.contains("pin auto: vCPU 0 (thread "), "{shown}");
+        assert!(shown.contains("host noise median"), "{shown}");
+
+        // Every CPU hogged for the whole run; noisy points run again (at
+        // most twice each), and stay noisy.
+        let hogged = t.path().join("hogged");
+        let o = {
+            let _hog = Hog::start();
+            run_spec(&spec, &hogged, &["--rerun-noisy"])
+        };
+        assert!(o.status.success(), "{}", text(&o));
+        let m = manifest(&hogged);
+        let noise = noise_of(&m);
+        eprintln!("hogged host: (others %, noisy) per point {noise:?}");
+        assert!(
+            noise.iter().all(|(_, noisy)| *noisy),
+            "a hogged host's points are noisy: {noise:?}"
+        );
+        for p in points(&m) {
+            let earlier = p["earlier"].as_array().expect("reruns are recorded");
+            assert_eq!(earlier.len(), 2, "two reruns, then it stops: {p}");
+            for e in earlier {
+                assert_eq!(e["noise"]["noisy"], true, "{e}");
+                assert!(
+                    e["summary"].as_object().is_some_and(|s| !s.is_empty()),
+                    "{e}"
+                );
+            }
+        }
+        let shown = text(&run(&["show", hogged.to_str().unwrap()]));
+        eprintln!("{shown}");
+        assert!(shown.contains("2 of 2 points noisy"), "{shown}");
+        assert!(shown.contains("NOISY"), "{shown}");
+    }
+}

@@ -98,6 +98,17 @@ pub fn vm(run: &RunData) -> Option<String> {
     }
 }
 
+/// How quiet the host was over the run's finished points (noise.rs).
+pub fn host_noise(run: &RunData) -> Option<String> {
+    crate::noise::describe(
+        run.manifest
+            .points
+            .iter()
+            .filter(|p| p.ok)
+            .filter_map(|p| p.noise.as_ref()),
+    )
+}
+
 fn ci_words(panels: &[&PanelData]) -> String {
     let mut methods = Vec::new();
     let mut ns = Vec::new();
@@ -158,6 +169,9 @@ pub fn lines(def: &FigureDef, run: &RunData, panels: &[&PanelData]) -> Vec<Strin
     ours.push('.');
     if !m.timing_note.is_empty() {
         ours.push_str(&format!(" {}.", m.timing_note.trim_end_matches('.')));
+    }
+    if let Some(n) = host_noise(run) {
+        ours.push_str(&format!(" Host noise: {n}."));
     }
     out.push(ours);
     if let Some(src) = &def.source {
