@@ -117,7 +117,8 @@ pub struct HostNoise {
     /// The run's own processes, % of the host's CPU time.
     pub own_pct: f64,
     /// 1-minute load average at the point's end (context only).
-    pub load1: f64,
+    #[serde(default)]
+    pub load1: Option<f64>,
     pub interval_s: f64,
     /// The limit it was judged by, and whether it was above.
     pub noisy_above_pct: f64,
@@ -144,7 +145,7 @@ impl HostNoise {
             others_pct: round2(others_pct),
             steal_pct: round2(steal_pct),
             own_pct: round2(own_pct),
-            load1: load1().unwrap_or(f64::NAN),
+            load1: load1(),
             interval_s: round2(end.at.duration_since(start.at).as_secs_f64()),
             noisy_above_pct,
             noisy: others_pct > noisy_above_pct,
@@ -250,7 +251,7 @@ mod tests {
             others_pct: pct,
             steal_pct: 0.0,
             own_pct: 90.0,
-            load1: 2.0,
+            load1: Some(2.0),
             interval_s: 1.0,
             noisy_above_pct: 10.0,
             noisy: pct > 10.0,

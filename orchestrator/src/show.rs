@@ -98,11 +98,11 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         }
         if let Some(n) = &p.noise {
             s.push_str(&format!(
-                "      host noise {:.1} % of CPU to other processes (steal {:.1} %, this run {:.1} %, load {:.2}) over {:.1}s{}\n",
+                "      host noise {:.1} % of CPU to other processes (steal {:.1} %, this run {:.1} %, load {}) over {:.1}s{}\n",
                 n.others_pct,
                 n.steal_pct,
                 n.own_pct,
-                n.load1,
+                n.load1.map_or("?".to_string(), |l| format!("{l:.2}")),
                 n.interval_s,
                 if n.noisy {
                     format!(": noisy, above {} %", n.noisy_above_pct)

@@ -738,31 +738,34 @@ mod measures {
         }
     }
 
-    /// The host's busy share over `window` (this test process is idle).
-    fn busy_pct(window: Duration) -> f64 {
-        let read = || {
-            testbed::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap())
-                .unwrap()
-        };
-        let a = read();
-        std::thread::sleep(window);
-        testbed::noise::between(&a, 0, &read(), 0).0
+    /// The host's counters and this test process's CPU time, children it
+    /// reaped included (a finished `testbed run` and, through it, QEMU).
+    fn counters() -> (testbed::noise::CpuTimes, u64) {
+        let cpu = testbed::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap())
+            .unwrap();
+        let (_, mine) =
+            testbed::noise::parse_pid_stat(&std::fs::read_to_string("/proc/self/stat").unwrap())
+                .unwrap();
+        (cpu, mine)
     }
 
-    /// Waits until other processes leave the host alone (other users of a
-    /// shared machine): a quiet run cannot be shown on a busy host.
-    fn wait_for_quiet_host() {
-        let deadline = Instant::now() + Duration::from_secs(20 * 60);
-        let mut last = 100.0;
+    /// Other processes' share of the host's CPU between two `counters()`:
+    /// the test's own measure, independent of the testbed's per point.
+    fn others_pct(a: (testbed::noise::CpuTimes, u64), b: (testbed::noise::CpuTimes, u64)) -> f64 {
+        testbed::noise::between(&a.0, a.1, &b.0, b.1).0
+    }
+
+    /// Waits (until `deadline`) for a 5 s window in which other users of a
+    /// shared machine leave it alone; false if none came.
+    fn wait_for_quiet_host(deadline: Instant) -> bool {
         while Instant::now() < deadline {
-            last = busy_pct(Duration::from_secs(5));
-            if last < 3.0 {
-                return;
+            let a = counters();
+            std::thread::sleep(Duration::from_secs(5));
+            if others_pct(a, counters()) < 3.0 {
+                return true;
             }
         }
-        panic!(
-            "the host stayed busy for 20 min (last 5 s: {last:.1} % of CPU): no quiet run to show"
-        );
+        false
     }
 
     fn noise_of(m: &serde_json::Value) -> Vec<(f64, bool)> {
@@ -778,32 +781,8 @@ mod measures {
             .collect()
     }
 
-    #[test]
-    #[ignore = "boots QEMU VMs with the debian-cloud kernel (minutes under TCG), one with every host CPU hogged"]
-    fn a_hogged_hosts_points_are_marked_noisy_and_a_quiet_hosts_are_not() {
-        let _g = serial();
-        let t = tempfile::tempdir().unwrap();
-        let smoke = std::fs::read_to_string("../experiments/smoke.toml").unwrap();
-        let spec = write_spec(
-            t.path(),
-            "smoke-pinned.toml",
-            &smoke.replace("[vm]\n", "[vm]\npin = \"auto\"\n"),
-        );
-
-        wait_for_quiet_host();
-        let quiet = t.path().join("quiet");
-        let o = run_spec(&spec, &quiet, &[]);
-        assert!(o.status.success(), "{}", text(&o));
-        let m = manifest(&quiet);
-        let noise = noise_of(&m);
-        eprintln!("quiet host: (others %, noisy) per point {noise:?}");
-        assert_eq!(noise.len(), 2);
-        assert!(
-            noise.iter().all(|(_, noisy)| !noisy),
-            "a quiet host's points are not noisy: {noise:?}"
-        );
-
-        // The vCPU threads and where they run, from QMP and the kernel.
+    /// The vCPU threads and where they run, from QMP and the kernel.
+    fn check_pinning(m: &serde_json::Value) {
         let pinning = &m["boots"][0]["pinning"];
         assert_eq!(pinning["requested"], "auto", "{pinning}");
         let host: Vec<u64> = pinning["host_cpus"]
@@ -830,11 +809,19 @@ mod measures {
             assert_ne!(cpus[0], cpus[1], "one CPU per vCPU: {pinning}");
             assert!(cpus.iter().all(|c| host.contains(c)));
         }
-        let shown = run(&["show", quiet.to_str().unwrap()]);
-        let shown = text(&shown);
-        eprintln!("{shown}");
-        assert!(shown.contains("pin auto: vCPU 0 (thread "), "{shown}");
-        assert!(shown.contains("host noise median"), "{shown}");
+    }
+
+    #[test]
+    #[ignore = "boots QEMU VMs with the debian-cloud kernel (minutes under TCG), one with every host CPU hogged; waits for the host to be quiet"]
+    fn a_hogged_hosts_points_are_marked_noisy_and_a_quiet_hosts_are_not() {
+        let _g = serial();
+        let t = tempfile::tempdir().unwrap();
+        let smoke = std::fs::read_to_string("../experiments/smoke.toml").unwrap();
+        let spec = write_spec(
+            t.path(),
+            "smoke-pinned.toml",
+            &smoke.replace("[vm]\n", "[vm]\npin = \"auto\"\n"),
+        );
 
         // Every CPU hogged for the whole run; noisy points run again (at
         // most twice each), and stay noisy.
@@ -847,6 +834,7 @@ mod measures {
         let m = manifest(&hogged);
         let noise = noise_of(&m);
         eprintln!("hogged host: (others %, noisy) per point {noise:?}");
+        assert_eq!(noise.len(), 2);
         assert!(
             noise.iter().all(|(_, noisy)| *noisy),
             "a hogged host's points are noisy: {noise:?}"
@@ -862,9 +850,47 @@ mod measures {
                 );
             }
         }
+        check_pinning(&m);
         let shown = text(&run(&["show", hogged.to_str().unwrap()]));
         eprintln!("{shown}");
         assert!(shown.contains("2 of 2 points noisy"), "{shown}");
         assert!(shown.contains("NOISY"), "{shown}");
+        assert!(shown.contains("pin auto: vCPU 0 (thread "), "{shown}");
+
+        // A quiet run: the test's own measure over the whole run says
+        // whether the host was quiet; other users of a shared machine may
+        // spoil an attempt, which is then made again.
+        let deadline = Instant::now() + Duration::from_secs(25 * 60);
+        let mut spoiled = Vec::new();
+        for attempt in 0.. {
+            assert!(
+                wait_for_quiet_host(deadline),
+                "the host was never quiet for a whole run in 25 min (other processes' share of each attempt: {spoiled:?})"
+            );
+            let quiet = t.path().join(format!("quiet{attempt}"));
+            let before = counters();
+            let o = run_spec(&spec, &quiet, &[]);
+            let others = others_pct(before, counters());
+            assert!(o.status.success(), "{}", text(&o));
+            let m = manifest(&quiet);
+            let noise = noise_of(&m);
+            eprintln!(
+                "attempt {attempt}: other processes took {others:.1} % over the whole run; per point (others %, noisy) {noise:?}"
+            );
+            if others >= 3.0 {
+                spoiled.push(others);
+                continue;
+            }
+            assert_eq!(noise.len(), 2);
+            assert!(
+                noise.iter().all(|(_, noisy)| !noisy),
+                "a quiet host's points are not noisy: {noise:?}"
+            );
+            check_pinning(&m);
+            let shown = text(&run(&["show", quiet.to_str().unwrap()]));
+            eprintln!("{shown}");
+            assert!(shown.contains("0 of 2 points noisy"), "{shown}");
+            break;
+        }
     }
 }

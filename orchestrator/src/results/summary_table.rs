@@ -276,7 +276,7 @@ mod tests {
             others_pct: 1.5,
             steal_pct: 0.0,
             own_pct: 95.0,
-            load1: 2.0,
+            load1: Some(2.0),
             interval_s: 3.0,
             noisy_above_pct: 10.0,
             noisy: false,

@@ -804,7 +804,7 @@ mod tests {
             others_pct,
             steal_pct: 0.0,
             own_pct: 50.0,
-            load1: 1.0,
+            load1: Some(1.0),
             interval_s: 0.1,
             noisy_above_pct: 10.0,
             noisy: others_pct > 10.0,
