@@ -293,6 +293,7 @@ mod tests {
         "chmod",
         "kill",
         "sleep",
+        "yes",
         "timeout",
         "/bin/ip",
         "/nonexistent/prog",
