@@ -260,6 +260,7 @@ fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::Pr
         append: String::new(),
         console_log: Default::default(),
         agent_socket: Default::default(),
+        qmp_socket: None,
         devices: vec![],
         nics: vec![],
     };

@@ -308,6 +308,7 @@ mod tests {
         "chmod",
         "kill",
         "sleep",
+        "yes",
         "timeout",
         "/bin/ip",
         "/nonexistent/prog",

@@ -9,7 +9,7 @@
 //! checks every `crate::` path in `src`; README.md's layout repeats it.
 //!
 //! - host: units, paths, fsutil, lock, interrupt, random, phases, failures, progress, hosttools
-//! - machine: qemu, hostinfo
+//! - machine: qemu, hostinfo, noise
 //! - inputs: kernel, image, guestbin, ebpf
 //! - spec: spec, plan
 //! - results: results
@@ -34,6 +34,7 @@ pub mod image;
 pub mod interrupt;
 pub mod kernel;
 pub mod lock;
+pub mod noise;
 pub mod paths;
 pub mod phases;
 pub mod plan;

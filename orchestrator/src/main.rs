@@ -52,6 +52,11 @@ enum Command {
         /// Stop at the first failed point.
         #[arg(long)]
         fail_fast: bool,
+        /// Run again each point measured on a busy host (at most twice per
+        /// point; the earlier measurements stay in its record). With
+        /// --resume, also the noisy points of the earlier attempt.
+        #[arg(long)]
+        rerun_noisy: bool,
         /// Where the points run: qemu, host or slurm (default: the spec's
         /// experiment.executor).
         #[arg(long)]
@@ -318,6 +323,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             resume,
             force,
             fail_fast,
+            rerun_noisy,
             executor,
             dry_run,
             wait,
@@ -328,6 +334,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 resume,
                 force,
                 fail_fast,
+                rerun_noisy,
                 results_root: None,
                 executor,
                 dry_run,

@@ -34,6 +34,8 @@ pub struct HostLimits {
     pub mem_total: Option<u64>,
     /// Where the figure definitions live (`experiments/figures`).
     pub figures_dir: PathBuf,
+    /// The CPUs the testbed may use (its affinity); `None`: not checked.
+    pub cpus: Option<Vec<u32>>,
 }
 
 impl HostLimits {
@@ -42,6 +44,7 @@ impl HostLimits {
         HostLimits {
             mem_total: crate::hostinfo::mem_total_bytes(),
             figures_dir: crate::paths::figure_defs(),
+            cpus: Some(crate::qemu::pin::host_cpus()).filter(|c| !c.is_empty()),
         }
     }
 }
@@ -107,6 +110,7 @@ pub fn plan(loaded: &LoadedSpec) -> Result<Plan, SpecError> {
 pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError> {
     let spec = &loaded.spec;
     check_memory(loaded, host.mem_total)?;
+    check_pin(loaded, host.cpus.as_deref())?;
     check_figures(loaded, &host.figures_dir)?;
     check_point_count(loaded)?;
     if let Some(server) = &loaded.server_workload {
@@ -296,6 +300,15 @@ pub fn check_thread_counts(workload: &Workload) -> Result<(), ParamError> {
 
 /// Refuses a spec whose VMs together need more memory than the host has:
 /// QEMU would fail to allocate it and the guest never start.
+/// An explicit `[vm] pin` list names CPUs this host has, one per vCPU.
+fn check_pin(loaded: &LoadedSpec, host: Option<&[u32]>) -> Result<(), SpecError> {
+    let (crate::qemu::pin::PinSetting::Cpus(list), Some(host)) = (&loaded.spec.vm.pin, host) else {
+        return Ok(());
+    };
+    crate::qemu::pin::check_list(list, loaded.spec.vm.vcpus, host)
+        .map_err(|why| loaded.error_at("vm", Some("pin"), why))
+}
+
 pub fn check_memory(loaded: &LoadedSpec, mem_total: Option<u64>) -> Result<(), SpecError> {
     let spec = &loaded.spec;
     let Some(host) = mem_total else {
@@ -683,7 +696,21 @@ block_size = [512, 4096]
         HostLimits {
             mem_total,
             figures_dir: crate::paths::figure_defs(),
+            cpus: Some(vec![0, 1]),
         }
+    }
+
+    #[test]
+    fn a_pin_list_beyond_the_host_is_refused_at_its_line() {
+        let text = format!("{SPEC}[vm]\npin = [1, 2]\n");
+        let e = plan_on(&parse(&text), &limits(None)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("vm.pin"), "{e}");
+        assert_eq!(e.file, Path::new("t.toml"));
+        let line = text.lines().position(|l| l.starts_with("pin")).unwrap() + 1;
+        assert_eq!(e.line, Some(line), "{e}");
+        assert!(e.message.contains("host CPU 2"), "{e}");
+        let ok = parse(&format!("{SPEC}[vm]\npin = [1, 0]\n"));
+        plan_on(&ok, &limits(None)).unwrap();
     }
 
     fn parse(src: &str) -> LoadedSpec {
@@ -800,6 +827,7 @@ address = "{peer}:50051"
         let none = HostLimits {
             mem_total: None,
             figures_dir: "/nonexistent/figures".into(),
+            cpus: None,
         };
         let e = plan_on(&s, &none).unwrap_err();
         assert!(e.message.contains("/nonexistent/figures"), "{e}");

@@ -36,6 +36,14 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
     if !m.boot_to_agent_ms.is_empty() {
         s.push_str(&format!("boot→agent {:?} ms\n", m.boot_to_agent_ms));
     }
+    for b in &m.boots {
+        if let Some(p) = &b.pinning {
+            s.push_str(&format!("boot {:<5} {}\n", b.index, p.describe()));
+        }
+    }
+    if let Some(n) = crate::noise::describe(m.points.iter().filter_map(|p| p.noise.as_ref())) {
+        s.push_str(&format!("host noise {n}\n"));
+    }
     s.push_str(&format!(
         "started    {}  finished {}\n",
         m.started_at,
@@ -77,10 +85,12 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         })
         .chain(per_engine_numbers(p))
         .collect();
-        let status = if p.ok {
-            "ok    ".to_string()
-        } else {
+        let status = if !p.ok {
             "FAILED".to_string()
+        } else if p.noisy() {
+            "NOISY ".to_string()
+        } else {
+            "ok    ".to_string()
         };
         s.push_str(&format!(
             "  {} {status} {:<28} {:>7} samples  {}\n",
@@ -98,6 +108,37 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
         }
         if let Some(e) = &p.error {
             s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
+        }
+        if let Some(n) = &p.noise {
+            s.push_str(&format!(
+                "      host noise {:.1} % of CPU to other processes (steal {:.1} %, this run {:.1} %, load {}) over {:.1}s{}\n",
+                n.others_pct,
+                n.steal_pct,
+                n.own_pct,
+                n.load1.map_or("?".to_string(), |l| format!("{l:.2}")),
+                n.interval_s,
+                if n.noisy {
+                    format!(": noisy, above {} %", n.noisy_above_pct)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        for e in &p.earlier {
+            let noise = e.noise.as_ref().map_or("not measured".to_string(), |n| {
+                format!("{:.1} %", n.others_pct)
+            });
+            match &e.error {
+                Some(err) => s.push_str(&format!(
+                    "      rerun in boot {} failed (host noise {noise}): {}\n",
+                    e.boot,
+                    err.lines().next().unwrap_or("")
+                )),
+                None => s.push_str(&format!(
+                    "      measured before in boot {} (host noise {noise}), run again\n",
+                    e.boot
+                )),
+            }
         }
     }
     let scaling = crate::analysis::btree_depth::depth_series(&m.points);

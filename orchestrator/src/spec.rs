@@ -140,6 +140,21 @@ pub struct Experiment {
     pub boots: u32,
     #[serde(default)]
     pub seed: u64,
+    /// A point is noisy when other processes took more than this % of the
+    /// host's CPU while it ran (noise.rs).
+    #[serde(
+        default = "default_noisy_above",
+        skip_serializing_if = "is_default_noisy_above"
+    )]
+    pub noisy_above_pct: f64,
+}
+
+fn default_noisy_above() -> f64 {
+    crate::noise::DEFAULT_NOISY_ABOVE_PCT
+}
+
+fn is_default_noisy_above(v: &f64) -> bool {
+    *v == crate::noise::DEFAULT_NOISY_ABOVE_PCT
 }
 
 fn one() -> u32 {
@@ -207,6 +222,13 @@ pub struct VmSection {
     /// Extra kernel command-line words.
     #[serde(default)]
     pub cmdline: Vec<String>,
+    /// QEMU's threads on host CPUs: "off", "auto" or a list (qemu::pin).
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub pin: crate::qemu::pin::PinSetting,
+}
+
+fn is_off(p: &crate::qemu::pin::PinSetting) -> bool {
+    *p == crate::qemu::pin::PinSetting::Off
 }
 
 fn default_vcpus() -> u32 {
@@ -224,6 +246,7 @@ impl Default for VmSection {
             accel: AccelChoice::Auto,
             boot: BootPolicy::PerRun,
             cmdline: Vec::new(),
+            pin: Default::default(),
         }
     }
 }
@@ -610,6 +633,14 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
         return Err(loaded.error_at("experiment", Some("repetitions"), "must be at least 1"));
     }
     check_boots(loaded)?;
+    let limit = spec.experiment.noisy_above_pct;
+    if !(limit > 0.0 && limit <= 100.0) {
+        return Err(loaded.error_at(
+            "experiment",
+            Some("noisy_above_pct"),
+            format!("{limit} is not a share of the host's CPU: between 0 and 100 (%)"),
+        ));
+    }
     if spec.vm.vcpus == 0 || spec.vm.vcpus > 64 {
         return Err(loaded.error_at("vm", Some("vcpus"), "must be between 1 and 64"));
     }

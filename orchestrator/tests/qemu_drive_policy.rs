@@ -38,6 +38,7 @@ fn qemu_accepts_the_drive_error_policy_of_every_backend() {
         append: String::new(),
         console_log: t.path().join("console.log"),
         agent_socket: t.path().join("agent.sock"),
+        qmp_socket: None,
         devices: vec![
             QemuDevice::Nvme {
                 serial: "n".into(),

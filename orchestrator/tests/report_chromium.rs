@@ -100,6 +100,8 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
             samples: 1,
             summary: p.summary,
             boot: 0,
+            noise: None,
+            earlier: Vec::new(),
         });
     }
     samples::merge(&files, &dir.join("samples.parquet")).unwrap();

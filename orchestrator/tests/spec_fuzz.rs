@@ -44,6 +44,7 @@ fn limits() -> HostLimits {
     HostLimits {
         mem_total: Some(24 << 30),
         figures_dir: manifest_dir().join("../experiments/figures"),
+        cpus: Some(vec![0, 1]),
     }
 }
 

@@ -139,6 +139,8 @@ mod tests {
             samples: 0,
             summary: s,
             boot: 0,
+            noise: None,
+            earlier: Vec::new(),
         }
     }
 

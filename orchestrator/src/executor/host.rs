@@ -90,6 +90,7 @@ impl Executor for HostExecutor {
             ended: String::new(),
             argv,
             server_argv: None,
+            pinning: None,
         };
         let hello = match session.handshake(&nonce, self.timeouts.boot.0) {
             Ok(h) => h,

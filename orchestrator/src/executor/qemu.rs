@@ -15,7 +15,9 @@ use crate::plan::Point;
 use crate::progress::Event;
 use crate::qemu::argv::{Nic, VmConfig, build_argv, kernel_append};
 use crate::qemu::channel::Channel;
+use crate::qemu::pin::{PinSetting, Pinning};
 use crate::qemu::process::{VmProcess, console_digest, tail_lines};
+use crate::qemu::qmp::Qmp;
 use crate::spec::Timeouts;
 
 pub struct QemuExecutor {
@@ -25,6 +27,8 @@ pub struct QemuExecutor {
     pub devices: BTreeMap<String, DeviceRef>,
     pub timeouts: Timeouts,
     pub run_dir: PathBuf,
+    /// `[vm] pin`: where the (client) VM's threads run.
+    pub pin: PinSetting,
     /// Two VMs on one link: the setup job for the server VM, and the link.
     pub pair: Option<PairSetup>,
 }
@@ -50,6 +54,7 @@ pub struct BootedVm {
     pub hello: Hello,
     pub ready_ms: u64,
     pub argv: Vec<String>,
+    pub pinning: Pinning,
 }
 
 /// Kills QEMU; the error text for a point, with the console digest.
@@ -85,13 +90,25 @@ impl BootedVm {
     }
 }
 
-/// Boots one VM (`label` names its log files) and waits for its agent.
+/// Reads the vCPU threads over QMP and pins them (and QEMU's other
+/// threads) by `setting`; the record says what each thread got.
+fn pin_threads(pid: u32, qmp_socket: &Path, setting: &PinSetting) -> Pinning {
+    let host = crate::qemu::pin::host_cpus();
+    match Qmp::connect(qmp_socket, Duration::from_secs(10)).and_then(|mut q| q.vcpu_threads()) {
+        Ok(vcpus) => crate::qemu::pin::apply(pid, &vcpus, setting, &host),
+        Err(e) => crate::qemu::pin::unknown(setting, &host, &e.to_string()),
+    }
+}
+
+/// Boots one VM (`label` names its log files), pins its threads and waits
+/// for its agent.
 pub fn boot_vm(
     base: &VmConfig,
     cmdline_extra: &[String],
     run_dir: &Path,
     label: &str,
     timeouts: &Timeouts,
+    pin: &PinSetting,
 ) -> Result<BootedVm, BootError> {
     let nonce = random_hex(8);
     let mut config = base.clone();
@@ -102,6 +119,7 @@ pub fn boot_vm(
     // under /tmp, where no other user can reach or replace it.
     let socket_dir = private_socket_dir().map_err(BootError::Failed)?;
     config.agent_socket = socket_dir.path().join("agent.sock");
+    config.qmp_socket = Some(socket_dir.path().join("qmp.sock"));
     let argv = build_argv(&config);
     let console = config.console_log.clone();
     let qemu_log = run_dir.join(format!("qemu{label}.log"));
@@ -110,7 +128,13 @@ pub fn boot_vm(
         VmProcess::spawn(&argv, &qemu_log).map_err(|e| BootError::Failed(e.to_string()))?;
     let socket = config.agent_socket.clone();
     let connected = Channel::connect_vm(&socket, &mut vm, timeouts.boot.0);
-    // QEMU holds the socket open; its name is no longer needed.
+    // QEMU is up once its agent socket is: pinned before the guest has
+    // done much, so the boot and every point run where they will.
+    let pinning = match (&connected, &config.qmp_socket) {
+        (Ok(_), Some(qmp)) => pin_threads(vm.pid, qmp, pin),
+        _ => crate::qemu::pin::unknown(pin, &[], "QEMU did not come up"),
+    };
+    // QEMU holds the sockets open; their names are no longer needed.
     drop(socket_dir);
     let channel = match connected {
         Ok(c) => c,
@@ -154,6 +178,7 @@ pub fn boot_vm(
             hello,
             ready_ms: started.elapsed().as_millis() as u64,
             argv,
+            pinning,
         }),
         Err(Fatal::Interrupted) => Err(BootError::Interrupted),
         Err(e) => {
@@ -212,11 +237,13 @@ impl QemuExecutor {
             ended: String::new(),
             argv: vm.argv.clone(),
             server_argv: None,
+            pinning: Some(vm.pinning.clone()),
         }
     }
 
     /// Boots one VM of boot `index` (`role` names its logs), telling
     /// `events` when it starts and when its agent is ready.
+    #[allow(clippy::too_many_arguments)]
     fn boot_announced(
         &self,
         index: u32,
@@ -224,6 +251,7 @@ impl QemuExecutor {
         extra: &[String],
         role: &str,
         accel: String,
+        pin: &PinSetting,
         events: &mut dyn FnMut(Event),
     ) -> Result<BootedVm, BootError> {
         events(Event::BootStarted { index, accel });
@@ -233,6 +261,7 @@ impl QemuExecutor {
             &self.run_dir,
             &label(index, role),
             &self.timeouts,
+            pin,
         )?;
         events(Event::BootReady {
             index,
@@ -266,7 +295,17 @@ impl QemuExecutor {
             pair.server_addr
         ));
         let accel = format!("{} server", config.accel);
-        let mut vm = self.boot_announced(index, &config, &extra, "server", accel, events)?;
+        // The server is not what a point measures: its threads stay where
+        // the scheduler puts them (recorded as such).
+        let mut vm = self.boot_announced(
+            index,
+            &config,
+            &extra,
+            "server",
+            accel,
+            &PinSetting::Off,
+            events,
+        )?;
         let job_id = (u64::from(index) << 32) | 0xFFFF_FFFF;
         match vm.session.run_point(
             job_id,
@@ -350,7 +389,8 @@ impl Executor for QemuExecutor {
         }
         let role = if server.is_some() { "client" } else { "" };
         let accel = config.accel.to_string();
-        let mut vm = self.boot_announced(index, &config, &extra, role, accel, events)?;
+        let pin = self.pin.clone();
+        let mut vm = self.boot_announced(index, &config, &extra, role, accel, &pin, events)?;
         let mut record = Self::record(index, &vm);
         record.server_argv = server.as_ref().map(|s| s.argv.clone());
         let run = PointRun {

@@ -613,6 +613,7 @@ mod tests {
             ended: String::new(),
             argv: Vec::new(),
             server_argv: None,
+            pinning: None,
         }
     }
 

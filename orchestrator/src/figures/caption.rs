@@ -98,6 +98,17 @@ pub fn vm(run: &RunData) -> Option<String> {
     }
 }
 
+/// How quiet the host was over the run's finished points (noise.rs).
+pub fn host_noise(run: &RunData) -> Option<String> {
+    crate::noise::describe(
+        run.manifest
+            .points
+            .iter()
+            .filter(|p| p.ok)
+            .filter_map(|p| p.noise.as_ref()),
+    )
+}
+
 fn ci_words(panels: &[&PanelData]) -> String {
     let mut methods = Vec::new();
     let mut ns = Vec::new();
@@ -167,6 +178,9 @@ pub fn lines(def: &FigureDef, run: &RunData, panels: &[&PanelData]) -> Vec<Strin
     if !m.timing_note.is_empty() {
         ours.push_str(&format!(" {}.", m.timing_note.trim_end_matches('.')));
     }
+    if let Some(n) = host_noise(run) {
+        ours.push_str(&format!(" Host noise: {n}."));
+    }
     out.push(ours);
     if let Some(src) = &def.source {
         let mut p = format!(
@@ -180,4 +194,47 @@ pub fn lines(def: &FigureDef, run: &RunData, panels: &[&PanelData]) -> Vec<Strin
     }
     out.push(ci_words(panels));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_noise_of_finished_points_is_told() {
+        let point = |id: &str, ok: bool, pct: Option<f64>| {
+            serde_json::json!({
+                "id": id, "point": 0, "rep": 0, "params": {}, "seed": 1, "ok": ok, "boot": 0,
+                "noise": pct.map(|p| serde_json::json!({
+                    "others_pct": p, "steal_pct": 0.0, "own_pct": 50.0, "interval_s": 2.0,
+                    "noisy_above_pct": 10.0, "noisy": p > 10.0,
+                })),
+            })
+        };
+        let run = |points: Vec<serde_json::Value>| RunData {
+            dir: "/r".into(),
+            manifest: serde_json::from_value(serde_json::json!({
+                "testbed_version": "0.1.0", "status": "complete", "experiment": "e",
+                "run_id": "r", "figures": [], "spec_file": "s.toml", "spec_sha256": "",
+                "spec": {}, "executor": "qemu", "timing_note": "", "qemu_argv": [],
+                "boots": [], "boot_to_agent_ms": [], "devices": [], "seed": 1,
+                "points": points, "started_at": "",
+            }))
+            .unwrap(),
+            samples: None,
+        };
+        let r = run(vec![
+            point("a", true, Some(2.0)),
+            point("b", true, Some(30.0)),
+            point("c", true, Some(1.0)),
+            // A failed point is drawn nowhere: not counted.
+            point("d", false, Some(90.0)),
+        ]);
+        assert_eq!(
+            host_noise(&r).unwrap(),
+            "median 2.0 % of CPU to other processes, max 30.0 %; 1 of 3 points noisy (above 10 %)"
+        );
+        // Runs from before the measure: nothing said.
+        assert_eq!(host_noise(&run(vec![point("a", true, None)])), None);
+    }
 }

@@ -203,6 +203,9 @@ fn manifest_table(run: &RunData) -> String {
     if let Some(v) = caption::vm(run) {
         rows.push(("VM", v));
     }
+    if let Some(n) = caption::host_noise(run) {
+        rows.push(("host noise", n));
+    }
     if let Some(g) = &m.guest {
         rows.push(("guest", g.uname.clone()));
         rows.push(("guest cmdline", g.cmdline.clone()));

@@ -79,6 +79,8 @@ fn record(p: &Point, ok: bool, error: Option<&str>) -> PointRecord {
         samples: 0,
         summary: BTreeMap::new(),
         boot: 0,
+        noise: None,
+        earlier: Vec::new(),
     }
 }
 

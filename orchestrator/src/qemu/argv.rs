@@ -71,6 +71,8 @@ pub struct VmConfig {
     pub append: String,
     pub console_log: PathBuf,
     pub agent_socket: PathBuf,
+    /// QMP, for the vCPU threads' ids (pinning, the boot record).
+    pub qmp_socket: Option<PathBuf>,
     pub devices: Vec<QemuDevice>,
     pub nics: Vec<Nic>,
 }
@@ -101,6 +103,10 @@ pub fn build_argv(c: &VmConfig) -> Vec<String> {
     push(&["-kernel", &kernel, "-initrd", &initrd, "-append", &c.append]);
     let serial = format!("file:{}", c.console_log.to_string_lossy());
     push(&["-serial", &serial, "-monitor", "none"]);
+    if let Some(q) = &c.qmp_socket {
+        let qmp = format!("unix:{},server=on,wait=off", esc(q));
+        push(&["-qmp", &qmp]);
+    }
     let chardev = format!(
         "socket,id=agent,path={},server=on,wait=off",
         esc(&c.agent_socket)
@@ -245,6 +251,7 @@ mod tests {
             append: kernel_append(Accel::Tcg, "n0nce", false, &[]),
             console_log: "/r/console.log".into(),
             agent_socket: "/r/agent.sock".into(),
+            qmp_socket: None,
             devices: vec![],
             nics: vec![],
         }
@@ -344,6 +351,7 @@ mod tests {
         c.accel = Accel::Kvm;
         c.append = kernel_append(Accel::Kvm, "x", true, &["quiet".into()]);
         c.agent_socket = "/r,1/agent.sock".into();
+        c.qmp_socket = Some("/r,1/qmp.sock".into());
         c.devices = vec![
             QemuDevice::Nvme {
                 serial: "fast".into(),
@@ -388,6 +396,10 @@ mod tests {
         assert!(
             joined.contains("path=/r,,1/agent.sock"),
             "commas in paths are escaped: {joined}"
+        );
+        assert!(
+            joined.contains("-monitor none -qmp unix:/r,,1/qmp.sock,server=on,wait=off -device"),
+            "{joined}"
         );
         let expected_tail = [
             "-device",

@@ -4,7 +4,9 @@
 pub mod accel;
 pub mod argv;
 pub mod channel;
+pub mod pin;
 pub mod process;
+pub mod qmp;
 
 use std::path::PathBuf;
 

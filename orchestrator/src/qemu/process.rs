@@ -161,6 +161,14 @@ fn forget(pid: u32) {
     }
 }
 
+/// The leaders (= group ids) of the groups this process started and has
+/// not reaped: the run's own processes, for the noise measure.
+pub fn live_leaders() -> Vec<u32> {
+    LIVE.lock()
+        .map(|l| l.iter().map(|x| x.pid).collect())
+        .unwrap_or_default()
+}
+
 /// Kills every live group (from a signal-handling thread).
 pub fn kill_all() {
     let live: Vec<Leader> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();

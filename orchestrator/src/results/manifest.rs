@@ -39,6 +39,50 @@ pub struct PointRecord {
     #[serde(default)]
     pub summary: BTreeMap<String, serde_json::Value>,
     pub boot: u32,
+    /// How busy the host was while the point ran (noise.rs); absent in
+    /// records written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<crate::noise::HostNoise>,
+    /// Other attempts at this point by `--rerun-noisy`, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<EarlierMeasurement>,
+}
+
+impl PointRecord {
+    pub fn noisy(&self) -> bool {
+        self.noise.as_ref().is_some_and(|n| n.noisy)
+    }
+}
+
+/// Another attempt at a point: a finished measurement a rerun replaced
+/// (its numbers and noise; its raw samples are not kept), or a rerun that
+/// failed (`error`; the point kept its measurement).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EarlierMeasurement {
+    pub boot: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub wall_s: Option<f64>,
+    #[serde(default)]
+    pub samples: usize,
+    #[serde(default)]
+    pub summary: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub noise: Option<crate::noise::HostNoise>,
+}
+
+impl EarlierMeasurement {
+    pub fn of(rec: &PointRecord) -> EarlierMeasurement {
+        EarlierMeasurement {
+            boot: rec.boot,
+            error: None,
+            wall_s: rec.wall_s,
+            samples: rec.samples,
+            summary: rec.summary.clone(),
+            noise: rec.noise.clone(),
+        }
+    }
 }
 
 /// The kernel a VM run booted.
@@ -134,6 +178,10 @@ pub struct BootRecord {
     /// The server VM's argv in a pair topology (its link settings included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_argv: Option<Vec<String>>,
+    /// Each QEMU thread (vCPUs by index) with the host CPUs it was pinned
+    /// to, or why not. Absent for boots of no VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<crate::qemu::pin::Pinning>,
 }
 
 /// The VM a run asked for, as the manifest's spec records it.

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Builder, RecordBatch, StringBuilder, UInt32Builder};
+use arrow::array::{
+    ArrayRef, BooleanBuilder, Float64Builder, RecordBatch, StringBuilder, UInt32Builder,
+};
 use arrow::datatypes::{DataType, Field, Schema};
 use testbed_agent::workload::{MetricInfo, Workload};
 
@@ -104,6 +106,9 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
     let mut value = Float64Builder::with_capacity(n);
     let mut text = StringBuilder::new();
     let mut unit = StringBuilder::new();
+    // The host's noise over the point (noise.rs), on each of its rows.
+    let mut noise = Float64Builder::with_capacity(n);
+    let mut noisy = BooleanBuilder::with_capacity(n);
     for (rec, rows) in &per_point {
         for r in rows {
             run.append_value(run_id);
@@ -114,6 +119,8 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
             value.append_option(r.value);
             text.append_option(r.text.as_deref());
             unit.append_option(r.unit.as_deref());
+            noise.append_option(rec.noise.as_ref().map(|x| x.others_pct));
+            noisy.append_option(rec.noise.as_ref().map(|x| x.noisy));
         }
     }
     let fields = vec![
@@ -125,6 +132,8 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Field::new("value", DataType::Float64, true),
         Field::new("text", DataType::Utf8, true),
         Field::new("unit", DataType::Utf8, true),
+        Field::new("host_noise_pct", DataType::Float64, true),
+        Field::new("noisy", DataType::Boolean, true),
     ];
     let cols: Vec<ArrayRef> = vec![
         Arc::new(run.finish()),
@@ -135,6 +144,8 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Arc::new(value.finish()),
         Arc::new(text.finish()),
         Arc::new(unit.finish()),
+        Arc::new(noise.finish()),
+        Arc::new(noisy.finish()),
     ];
     // Params: per point, constant over its rows; one column per name.
     let params: Vec<BTreeMap<String, Scalar>> = per_point
@@ -211,6 +222,8 @@ mod tests {
             samples: 0,
             summary: serde_json::from_value(summary).unwrap(),
             boot: 0,
+            noise: None,
+            earlier: Vec::new(),
         }
     }
 
@@ -254,5 +267,55 @@ mod tests {
         assert!(b.column_by_name("param_depth").is_some());
         assert!(b.column_by_name("param_device").is_some());
         assert_eq!(b.column_by_name("value").unwrap().null_count(), 1);
+    }
+
+    #[test]
+    fn each_row_carries_its_points_host_noise() {
+        let mut quiet = record(0, 3, serde_json::json!({"a": 1.0, "b": 2.0}));
+        quiet.noise = Some(crate::noise::HostNoise {
+            others_pct: 1.5,
+            steal_pct: 0.0,
+            own_pct: 95.0,
+            load1: Some(2.0),
+            interval_s: 3.0,
+            noisy_above_pct: 10.0,
+            noisy: false,
+        });
+        let mut busy = quiet.clone();
+        busy.point = 1;
+        if let Some(n) = busy.noise.as_mut() {
+            n.others_pct = 48.0;
+            n.noisy = true;
+        }
+        let unmeasured = record(2, 3, serde_json::json!({"a": 1.0}));
+        let b = batch("run", &[&quiet, &busy, &unmeasured]).unwrap();
+        let pct = b.column_by_name("host_noise_pct").unwrap();
+        let pct = pct
+            .as_any()
+            .downcast_ref::<arrow::array::Float64Array>()
+            .unwrap();
+        let noisy = b.column_by_name("noisy").unwrap();
+        let noisy = noisy
+            .as_any()
+            .downcast_ref::<arrow::array::BooleanArray>()
+            .unwrap();
+        let got: Vec<(Option<f64>, Option<bool>)> = (0..b.num_rows())
+            .map(|i| {
+                (
+                    pct.is_valid(i).then(|| pct.value(i)),
+                    noisy.is_valid(i).then(|| noisy.value(i)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1.5), Some(false)),
+                (Some(1.5), Some(false)),
+                (Some(48.0), Some(true)),
+                (Some(48.0), Some(true)),
+                (None, None)
+            ]
+        );
     }
 }

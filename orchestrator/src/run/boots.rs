@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use super::{RunError, RunOptions, RunResult};
 use crate::executor::{BootError, Executor, PointOutcome};
+use crate::noise::{HostNoise, Snapshot};
 use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
-use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
+use crate::results::manifest::{self, EarlierMeasurement, Manifest, PointRecord, RunStatus};
 use crate::results::rundir::RunDir;
 use crate::results::{levels, samples, summary_table};
-use crate::spec::BootPolicy;
+use crate::spec::{BootPolicy, Spec};
 
 /// How the boots ended: every record, and why they stopped early if so.
 pub(super) struct Ended {
@@ -26,12 +27,21 @@ pub(super) struct Ended {
     ended_at: Option<(String, f64)>,
 }
 
+/// The most times `--rerun-noisy` runs one point again, over all attempts
+/// of a run: a host that stays busy ends the retries, not the run.
+pub const MAX_NOISY_RERUNS: usize = 2;
+
+/// A finished point `--rerun-noisy` runs again.
+fn rerun_for_noise(rec: &PointRecord, opts: &RunOptions) -> bool {
+    opts.rerun_noisy && rec.ok && rec.noisy() && rec.earlier.len() < MAX_NOISY_RERUNS
+}
+
 pub(super) fn run_boots(
     executor: &mut dyn Executor,
     plan: &Plan,
     rd: &RunDir,
     m: &mut Manifest,
-    boot_policy: BootPolicy,
+    spec: &Spec,
     opts: &RunOptions,
     progress: &mut dyn Progress,
 ) -> Ended {
@@ -40,7 +50,7 @@ pub(super) fn run_boots(
         m.points.iter().map(|r| (r.id.clone(), r.clone())).collect();
     let done: Vec<String> = previous
         .values()
-        .filter(|r| r.ok)
+        .filter(|r| r.ok && !rerun_for_noise(r, opts))
         .map(|r| r.id.clone())
         .collect();
     let mut queue: Vec<Point> = plan
@@ -49,6 +59,15 @@ pub(super) fn run_boots(
         .filter(|p| !done.contains(&p.id()))
         .cloned()
         .collect();
+    let noisy_before = previous
+        .values()
+        .filter(|r| rerun_for_noise(r, opts))
+        .count();
+    if noisy_before > 0 {
+        progress.event(Event::Warn(format!(
+            "--rerun-noisy: {noisy_before} point(s) the earlier attempt measured on a busy host run again"
+        )));
+    }
     progress.event(Event::RunStarted {
         dir: rd.root.display().to_string(),
         total: plan.points.len(),
@@ -76,8 +95,32 @@ pub(super) fn run_boots(
         .collect();
     let mut stop: Option<RunStatus> = None;
     let mut fatal: Option<String> = None;
-    while !queue.is_empty() && stop.is_none() {
-        let batch: Vec<Point> = match boot_policy {
+    let noisy_above = spec.experiment.noisy_above_pct;
+    // The host's counters as the current point started.
+    let point_start: std::cell::Cell<Option<Snapshot>> = std::cell::Cell::new(None);
+    loop {
+        if queue.is_empty() && stop.is_none() && opts.rerun_noisy {
+            queue = plan
+                .points
+                .iter()
+                .filter(|p| {
+                    records
+                        .get(&p.id())
+                        .is_some_and(|r| rerun_for_noise(r, opts))
+                })
+                .cloned()
+                .collect();
+            if !queue.is_empty() {
+                progress_cell.borrow_mut().event(Event::Warn(format!(
+                    "--rerun-noisy: {} point(s) measured on a busy host run again",
+                    queue.len()
+                )));
+            }
+        }
+        if queue.is_empty() || stop.is_some() {
+            break;
+        }
+        let batch: Vec<Point> = match spec.vm.boot {
             // One boot per vCPU count of a `vm.vcpus` sweep and per boot
             // group of the repetitions (the plan keeps each together).
             BootPolicy::PerRun => queue
@@ -96,8 +139,17 @@ pub(super) fn run_boots(
         let run_id = m.run_id.clone();
         let mut on_point = |point: &Point, outcome: PointOutcome| -> Result<(), String> {
             let id = point.id();
+            let noise = match (point_start.take(), Snapshot::take()) {
+                (Some(a), Some(b)) => Some(HostNoise::measure(&a, &b, noisy_above)),
+                _ => None,
+            };
             let outcome = bound_run_tags(outcome, &mut run_tags);
-            let rec = store_point(rd, &run_id, point, outcome, boot_index).map_err(|e| {
+            let stored = Measured {
+                boot: boot_index,
+                noise,
+                previous: records.get(&id).filter(|r| r.ok).cloned(),
+            };
+            let rec = store_point(rd, &run_id, point, outcome, stored).map_err(|e| {
                 let e = format!("could not store point {id}: {e}");
                 store_failed = Some(e.clone());
                 e
@@ -111,7 +163,12 @@ pub(super) fn run_boots(
             }
             Ok(())
         };
-        let mut events = |e: Event| progress_cell.borrow_mut().event(e);
+        let mut events = |e: Event| {
+            if matches!(e, Event::PointStarted { .. }) {
+                point_start.set(Snapshot::take());
+            }
+            progress_cell.borrow_mut().event(e)
+        };
         let result = executor.run_boot(boot_index, &batch, &mut on_point, &mut events);
         match result {
             Ok((record, handled)) => {
@@ -353,9 +410,58 @@ fn bound_run_tags(outcome: PointOutcome, seen: &mut BTreeSet<String>) -> PointOu
     outcome
 }
 
+/// What the host knows of a point beyond its outcome.
+struct Measured {
+    boot: u32,
+    noise: Option<HostNoise>,
+    /// The finished record a `--rerun-noisy` run replaces.
+    previous: Option<PointRecord>,
+}
+
 /// Writes a finished point: samples first, then its record (the record's
-/// presence is what marks the point done for --resume).
+/// presence is what marks the point done for --resume). A rerun keeps the
+/// earlier measurement in the record; a rerun that fails keeps the earlier
+/// measurement as the point, and notes the failed attempt.
 fn store_point(
+    rd: &RunDir,
+    run_id: &str,
+    point: &Point,
+    outcome: PointOutcome,
+    measured: Measured,
+) -> Result<PointRecord, String> {
+    let Measured {
+        boot,
+        noise,
+        previous,
+    } = measured;
+    let rec = match (outcome, previous) {
+        (PointOutcome::Failed { error }, Some(mut kept)) => {
+            kept.earlier.push(EarlierMeasurement {
+                boot,
+                error: Some(error),
+                noise,
+                ..Default::default()
+            });
+            kept
+        }
+        (outcome, previous) => {
+            let mut rec = new_record(rd, run_id, point, outcome, boot)?;
+            rec.noise = noise;
+            if let Some(p) = previous {
+                rec.earlier = p.earlier.clone();
+                rec.earlier.push(EarlierMeasurement::of(&p));
+            }
+            rec
+        }
+    };
+    let text = serde_json::to_vec_pretty(&rec).map_err(|e| e.to_string())?;
+    let path = rd.point_record(&rec.id);
+    crate::fsutil::write_atomic(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(rec)
+}
+
+/// A point's record from its outcome, its samples written.
+fn new_record(
     rd: &RunDir,
     run_id: &str,
     point: &Point,
@@ -375,6 +481,8 @@ fn store_point(
         samples: 0,
         summary: BTreeMap::new(),
         boot,
+        noise: None,
+        earlier: Vec::new(),
     };
     match outcome {
         PointOutcome::Done {
@@ -395,9 +503,6 @@ fn store_point(
             rec.error = Some(error);
         }
     }
-    let text = serde_json::to_vec_pretty(&rec).map_err(|e| e.to_string())?;
-    let path = rd.point_record(&rec.id);
-    crate::fsutil::write_atomic(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(rec)
 }
 
@@ -446,5 +551,32 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(seen.len(), MAX_RUN_TAG_KEYS);
+    }
+
+    #[test]
+    fn noisy_reruns_are_bounded_per_point() {
+        let opts = RunOptions {
+            rerun_noisy: true,
+            ..RunOptions::default()
+        };
+        let mut rec: PointRecord = serde_json::from_value(serde_json::json!({
+            "id": "p0000-r00", "point": 0, "rep": 0, "params": {}, "seed": 1,
+            "ok": true, "boot": 0,
+            "noise": {"others_pct": 40.0, "steal_pct": 0.0, "own_pct": 50.0, "load1": 3.0,
+                      "interval_s": 1.0, "noisy_above_pct": 10.0, "noisy": true},
+        }))
+        .unwrap();
+        assert!(rerun_for_noise(&rec, &opts));
+        assert!(!rerun_for_noise(&rec, &RunOptions::default()));
+        for _ in 0..MAX_NOISY_RERUNS {
+            rec.earlier.push(EarlierMeasurement::of(&rec));
+        }
+        assert!(!rerun_for_noise(&rec, &opts), "the bound ends the retries");
+        rec.earlier.clear();
+        rec.ok = false;
+        assert!(
+            !rerun_for_noise(&rec, &opts),
+            "a failed point is not a noisy one"
+        );
     }
 }

@@ -201,6 +201,7 @@ pub(super) fn report(
         append: kernel_append(accel, "<nonce>", false, &spec.vm.cmdline),
         console_log: run_dir.join("console.log"),
         agent_socket: PathBuf::from("<private-dir>/agent.sock"),
+        qmp_socket: Some(PathBuf::from("<private-dir>/qmp.sock")),
         devices: qemu_devices,
         nics: Vec::new(),
     };

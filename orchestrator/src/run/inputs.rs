@@ -79,6 +79,7 @@ pub(super) fn prepare(
                 devices: plan.devices.clone(),
                 timeouts: spec.timeouts.clone(),
                 run_dir: dir.clone(),
+                pin: spec.vm.pin.clone(),
                 pair: pair_setup(loaded),
             })
         }

@@ -23,6 +23,8 @@ pub struct RunOptions {
     /// the kernel differ from the earlier attempt's (the manifest says so).
     pub force: bool,
     pub fail_fast: bool,
+    /// Run again the points measured on a busy host (`MAX_NOISY_RERUNS`).
+    pub rerun_noisy: bool,
     pub results_root: Option<PathBuf>,
     /// Where the points run, overriding the spec's `experiment.executor`
     /// (`--executor slurm` sends a qemu spec's points to Slurm).
@@ -248,7 +250,7 @@ fn run_in_dir(
         plan,
         &rd,
         &mut m,
-        loaded.spec.vm.boot,
+        &loaded.spec,
         opts,
         progress,
     );
@@ -419,13 +421,24 @@ mod tests {
             limits: Limits,
             progress: &mut Collect,
         ) -> Result<RunResult, RunError> {
-            let (loaded, plan) = check_spec(&self.spec).unwrap();
             let opts = RunOptions {
                 out: Some(self.out.clone()),
                 resume,
                 force,
                 ..RunOptions::default()
             };
+            self.run_with(&opts, inputs, script, limits, progress)
+        }
+
+        fn run_with(
+            &self,
+            opts: &RunOptions,
+            inputs: Inputs,
+            script: Script,
+            limits: Limits,
+            progress: &mut Collect,
+        ) -> Result<RunResult, RunError> {
+            let (loaded, plan) = check_spec(&self.spec).unwrap();
             let dir = self.out.clone();
             let boots = self.boots.clone();
             let prepare = move |_: &RunDir, m: &mut Manifest, _: &mut dyn Progress| {
@@ -450,7 +463,7 @@ mod tests {
                 &loaded,
                 &plan,
                 &self.spec,
-                &opts,
+                opts,
                 progress,
                 Instant::now(),
                 prepare,
@@ -800,5 +813,76 @@ mod tests {
         assert!(c.boots.borrow().is_empty(), "nothing ran");
         holder.release();
         c.resume(&mut Collect(Vec::new())).unwrap();
+    }
+
+    /// Sets a stored point's noise as if the host had been that busy.
+    fn mark_noise(out: &Path, id: &str, others_pct: f64) {
+        let path = out.join("points").join(format!("{id}.json"));
+        let mut rec: manifest::PointRecord =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        rec.noise = Some(crate::noise::HostNoise {
+            others_pct,
+            steal_pct: 0.0,
+            own_pct: 50.0,
+            load1: Some(1.0),
+            interval_s: 0.1,
+            noisy_above_pct: 10.0,
+            noisy: others_pct > 10.0,
+        });
+        std::fs::write(&path, serde_json::to_vec(&rec).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn resume_with_rerun_noisy_runs_only_the_noisy_point_again_and_keeps_its_first_measurement() {
+        let c = case();
+        c.fresh(all_done()).unwrap();
+        let first = c.manifest();
+        assert!(
+            first.points.iter().all(|p| p.noise.is_some()),
+            "every point carries its host noise"
+        );
+        for id in IDS {
+            mark_noise(&c.out, id, if id == IDS[1] { 77.0 } else { 1.0 });
+        }
+        // A plain resume has nothing to do: noisy points are finished points.
+        c.resume(&mut Collect(Vec::new())).unwrap();
+        assert!(c.manifest().points.iter().all(|p| p.earlier.is_empty()));
+        let boots_before = c.boots.borrow().len();
+
+        let opts = RunOptions {
+            out: Some(c.out.clone()),
+            resume: true,
+            rerun_noisy: true,
+            ..RunOptions::default()
+        };
+        let mut progress = Collect(Vec::new());
+        let r = c
+            .run_with(&opts, INPUTS, all_done(), Limits::default(), &mut progress)
+            .unwrap();
+        assert_eq!(r.manifest.status, manifest::RunStatus::Complete);
+        let by_id = |id: &str| r.manifest.points.iter().find(|p| p.id == id).unwrap();
+        let again = by_id(IDS[1]);
+        // Run again once, or up to the bound if the host stayed busy.
+        assert!(
+            (1..=boots::MAX_NOISY_RERUNS).contains(&again.earlier.len()),
+            "{:?}",
+            again.earlier
+        );
+        let kept = &again.earlier[0];
+        assert_eq!(kept.noise.as_ref().map(|n| n.others_pct), Some(77.0));
+        assert_eq!(kept.boot, first.points[1].boot);
+        assert!(
+            again.boot > kept.boot,
+            "the new measurement is a new boot's"
+        );
+        assert!(by_id(IDS[0]).earlier.is_empty() && by_id(IDS[2]).earlier.is_empty());
+        assert!(c.boots.borrow().len() > boots_before);
+        assert!(
+            progress
+                .0
+                .iter()
+                .any(|e| matches!(e, Event::Warn(w) if w.contains("--rerun-noisy"))),
+            "says what runs again"
+        );
     }
 }

@@ -299,6 +299,7 @@ pub(super) fn prepare_vm(
         append: String::new(),
         console_log: PathBuf::new(),
         agent_socket: PathBuf::new(),
+        qmp_socket: None,
         devices: qemu_devices,
         nics: Vec::new(),
     };
