@@ -9,8 +9,8 @@
 #            (e.g. the one this script writes with --example); its
 #            repetitions and boots are what is being judged.
 # PAIRS      A/A pairs, each two fresh runs of SPEC (default 10).
-# SLOWDOWNS  device slowdowns in percent to detect, e.g. "2 5 10"
-#            (default); each is compared with 3 runs of SPEC.
+# SLOWDOWNS  device slowdowns in percent to detect, e.g. "5 10 20"
+#            (default "5 10 20"); each is compared with 3 runs of SPEC.
 #
 # Prints, per A/A pair, the values compared and flagged, then the
 # false-alarm rate (flagged values / values, and pairs with any flag),
@@ -43,13 +43,13 @@ name = "data"
 kind = "nvme"
 size = "64M"
 backend = "null"
-latency_ns = 2000000
+latency_ns = 4000000
 
 [workload]
 kind = "randread"
 device = "data"
 block_size = 512
-reads_per_thread = 150
+reads_per_thread = 200
 warmup_reads = 10
 
 [sweep]
@@ -60,7 +60,7 @@ fi
 
 SPEC=${1:?usage: $0 SPEC [PAIRS] [SLOWDOWNS] (or --example for a spec)}
 PAIRS=${2:-10}
-SLOWDOWNS=${3:-"2 5 10"}
+SLOWDOWNS=${3:-"5 10 20"}
 OUT=${OUT:-$(mktemp -d /tmp/compare-false-alarms.XXXXXX)}
 mkdir -p "$OUT"
 latency=$(sed -n 's/^latency_ns *= *\([0-9]*\).*/\1/p' "$SPEC" | head -1)
