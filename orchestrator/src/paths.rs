@@ -3,18 +3,28 @@
 use std::path::{Path, PathBuf};
 
 /// The testbed source tree: $TESTBED_ROOT, else the tree this binary was
-/// built from, else the current directory.
+/// built from, else the nearest directory at or above the current one that
+/// holds `kernel-configs/`, else the current directory.
+///
+/// The built-from tree can be gone: cargo reuses a release binary built in
+/// another checkout of the same sources (a CI clone sharing the target
+/// dir), so the binary must not trust the path it was compiled at alone.
 pub fn repo_root() -> PathBuf {
     if let Ok(r) = std::env::var("TESTBED_ROOT") {
         return PathBuf::from(r);
     }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let is_tree = |p: &Path| p.join("kernel-configs").is_dir();
+    if let Some(built) = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .map(Path::to_path_buf);
-    match built {
-        Some(p) if p.join("kernel-configs").is_dir() => p,
-        _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        .filter(|p| is_tree(p))
+    {
+        return built.to_path_buf();
     }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    cwd.ancestors()
+        .find(|p| is_tree(p))
+        .map(Path::to_path_buf)
+        .unwrap_or(cwd)
 }
 
 /// Content-addressed cache: $TESTBED_CACHE, else ~/.cache/testbed.

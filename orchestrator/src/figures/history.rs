@@ -29,6 +29,10 @@ pub struct RunRef {
     pub run_id: String,
     pub started_at: String,
     pub dir: PathBuf,
+    /// "k of n points measured on a busy host", when any was: a step this
+    /// run starts is no evidence of a change in the code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_host: Option<String>,
 }
 
 /// One run's value: its median and the repetitions it is over.
@@ -104,6 +108,18 @@ impl History {
             })
             .collect()
     }
+
+    /// Why the newest run cannot decide a regression: its host was busy.
+    pub fn newest_busy(&self) -> Option<&str> {
+        self.runs.last().and_then(|r| r.busy_host.as_deref())
+    }
+
+    /// What fails `--fail-on-change`: a regression the newest run starts,
+    /// measured on a quiet host. On a busy one it is undecided: other
+    /// processes slow a run down as a regression would.
+    pub fn newest_fails(&self) -> bool {
+        !self.newest_regressions().is_empty() && self.newest_busy().is_none()
+    }
 }
 
 /// The run directories in order: each argument that is a run (has a
@@ -170,6 +186,7 @@ pub fn history(
             run_id: m.run_id.clone(),
             started_at: m.started_at.clone(),
             dir: dir.clone(),
+            busy_host: m.busy_host(),
         });
         for v in compare::values(&rf) {
             if !v.point.est.value.is_finite() {
@@ -287,17 +304,27 @@ pub fn render(h: &History) -> String {
         h.max_p,
         fmt_num(h.min_effect * 100.0)
     );
-    match (newest.len(), h.runs.last()) {
-        (0, _) | (_, None) => {
+    match (newest.len(), h.runs.last(), h.newest_busy()) {
+        (0, _, _) | (_, None, _) => {
             let _ = writeln!(s, "newest run: no regression starts there");
         }
-        (n, Some(r)) => {
+        (n, Some(r), None) => {
             let _ = writeln!(
                 s,
                 "newest run: REGRESSION, {} starts a new segment at {n} values",
                 r.name
             );
         }
+        (n, Some(r), Some(busy)) => {
+            let _ = writeln!(
+                s,
+                "newest run: undecided, {} starts a new segment at {n} values, but {busy}: not a failure; run it again on a quiet host",
+                r.name
+            );
+        }
+    }
+    if let Some(busy) = h.newest_busy() {
+        let _ = writeln!(s, "newest run: {busy}");
     }
     s
 }

@@ -900,7 +900,7 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
     assert!(held >= 5, "{held}");
 
     // The same data: every claim that held still holds.
-    let same = against_baseline(&base, &base);
+    let same = against_baseline(&base, &base, None);
     assert!(same.passes());
     assert_eq!(
         (same.kept, same.lost.len(), same.weakened.len()),
@@ -909,7 +909,23 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
 
     // Read throughput now rises with depth: "read falls" no longer holds.
     let rising = claims(lookups_run_with(t.path(), "rising", |d| 25.0 * d));
-    let gate = against_baseline(&base, &rising);
+    // Measured on a busy host, the same loss decides nothing: listed with
+    // the reason, not failed.
+    let busy = against_baseline(
+        &base,
+        &rising,
+        Some("2 of 2 points measured on a busy host"),
+    );
+    assert!(busy.passes());
+    let weak = busy.weakened.iter().find(|c| c.id == "falls").unwrap();
+    assert_eq!(weak.now, Some(Verdict::DoesNotHold));
+    assert!(
+        weak.numbers
+            .ends_with("but 2 of 2 points measured on a busy host"),
+        "{}",
+        weak.numbers
+    );
+    let gate = against_baseline(&base, &rising, None);
     assert!(!gate.passes());
     let lost: Vec<&str> = gate.lost.iter().map(|c| c.id.as_str()).collect();
     assert!(lost.contains(&"falls"), "{lost:?}");
@@ -928,7 +944,7 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
 
     // A run without read cannot decide "read falls": listed, not failed.
     let hook = claims(hook_only_run(t.path(), 3));
-    let gate = against_baseline(&base, &hook);
+    let gate = against_baseline(&base, &hook, None);
     let weak = gate.weakened.iter().find(|c| c.id == "falls").unwrap();
     assert_eq!(weak.now, Some(Verdict::NotMeasurable));
     assert!(
@@ -1050,6 +1066,17 @@ fn history_finds_a_ten_percent_step_at_its_run_and_none_in_a_flat_history() {
     // The speedup panel has no better direction: any change there counts.
     assert_eq!(regs.len(), 4, "{text}");
     assert!(text.contains("newest run: REGRESSION, r8"), "{text}");
+    assert!(newest.newest_fails());
+    // The same step in a run measured on a busy host: undecided, no failure.
+    let mut busy = newest.clone();
+    busy.runs[8].busy_host = Some("3 of 4 points measured on a busy host".into());
+    let busy_text = super::history::render(&busy);
+    assert!(!busy.newest_fails(), "{busy_text}");
+    assert!(
+        busy_text.contains("newest run: undecided, r8 starts a new segment at 4 values, but 3 of 4 points measured on a busy host"),
+        "{busy_text}"
+    );
+    assert!(!busy_text.contains("REGRESSION, r8"), "{busy_text}");
     // As JSON too.
     let json = serde_json::to_value(&newest).unwrap();
     assert_eq!(json["changed"][2]["panel"], "tput", "{json}");

@@ -231,6 +231,32 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Points measured on a busy host (their noise above the spec's limit,
+    /// after any `--rerun-noisy`), and the points with a noise record.
+    pub fn noisy_points(&self) -> (usize, usize) {
+        let measured = self.points.iter().filter_map(|p| p.noise.as_ref());
+        let (mut noisy, mut total) = (0, 0);
+        for n in measured {
+            total += 1;
+            noisy += usize::from(n.noisy);
+        }
+        (noisy, total)
+    }
+
+    /// "k of n points measured on a busy host", when any was.
+    pub fn busy_host(&self) -> Option<String> {
+        match self.noisy_points() {
+            (0, _) => None,
+            (k, n) => Some(format!(
+                "{k} of {n} points measured on a busy host (other processes above {} % of its CPU)",
+                self.points
+                    .iter()
+                    .find_map(|p| p.noise.as_ref().filter(|n| n.noisy))
+                    .map_or(0.0, |n| n.noisy_above_pct)
+            )),
+        }
+    }
+
     /// vCPUs and memory of the spec as run (None for a spec without [vm]).
     pub fn vm(&self) -> Option<VmShape> {
         serde_json::from_value(self.spec.get("vm")?.clone()).ok()
