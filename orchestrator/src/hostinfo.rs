@@ -16,6 +16,9 @@ pub struct HostInfo {
     pub qemu_version: Option<String>,
     pub git_commit: Option<String>,
     pub git_dirty: Option<bool>,
+    /// The canary's timings at the run's start and end (calibrate.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed: Option<crate::calibrate::HostSpeed>,
 }
 
 pub fn collect(repo: &Path, qemu: Option<&Path>) -> HostInfo {
@@ -48,6 +51,7 @@ pub fn collect(repo: &Path, qemu: Option<&Path>) -> HostInfo {
         git_commit: git(repo, &["rev-parse", "HEAD"]),
         git_dirty: git(repo, &["status", "--porcelain", "--untracked-files=no"])
             .map(|s| !s.is_empty()),
+        speed: None,
     }
 }
 

@@ -9,7 +9,7 @@
 //! checks every `crate::` path in `src`; README.md's layout repeats it.
 //!
 //! - host: units, paths, fsutil, lock, interrupt, random, phases, failures, progress, hosttools
-//! - machine: qemu, hostinfo, noise
+//! - machine: qemu, hostinfo, noise, calibrate
 //! - inputs: kernel, image, guestbin, ebpf
 //! - spec: spec, plan
 //! - results: results
@@ -20,6 +20,7 @@
 //! The CLI (`main.rs`) stands above them all.
 
 pub mod analysis;
+pub mod calibrate;
 pub mod devices;
 pub mod doctor;
 pub mod ebpf;

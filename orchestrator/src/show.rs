@@ -44,6 +44,9 @@ pub fn show_run(dir: &Path) -> Result<String, String> {
     if let Some(n) = crate::noise::describe(m.points.iter().filter_map(|p| p.noise.as_ref())) {
         s.push_str(&format!("host noise {n}\n"));
     }
+    if let Some(line) = m.host.speed.as_ref().and_then(crate::calibrate::describe) {
+        s.push_str(&format!("host speed {line}\n"));
+    }
     s.push_str(&format!(
         "started    {}  finished {}\n",
         m.started_at,

@@ -158,6 +158,17 @@ struct Job {
 /// Runs docs/ci/testbed-ci.sh with the spec and output dir given; its
 /// output is shown live and kept.
 fn ci_job(tree: &Path, history: &Path, spec: &Path, out: &Path) -> Job {
+    ci_job_with(tree, history, spec, out, &[])
+}
+
+/// `ci_job` with more of the script's knobs set.
+fn ci_job_with(
+    tree: &Path,
+    history: &Path,
+    spec: &Path,
+    out: &Path,
+    knobs: &[(&str, &str)],
+) -> Job {
     let script = repo().join("docs/ci/testbed-ci.sh");
     let log = out.with_extension("log");
     let started = Instant::now();
@@ -200,6 +211,7 @@ fn ci_job(tree: &Path, history: &Path, spec: &Path, out: &Path) -> Job {
             cmd.env_remove(&name);
         }
     }
+    cmd.envs(knobs.iter().copied());
     let status = cmd.status().expect("bash runs");
     let seconds = started.elapsed().as_secs_f64();
     let log = std::fs::read_to_string(&log).unwrap_or_default();
@@ -458,7 +470,14 @@ mod measures {
         // why, and the run does not join the history.
         let hogged = {
             let _hog = Hog::start();
-            ci_job(&tree, &history, &slow, &tmp.path().join("hogged"))
+            // Two repetitions: every point is measured three times.
+            ci_job_with(
+                &tree,
+                &history,
+                &slow,
+                &tmp.path().join("hogged"),
+                &[("TESTBED_CI_REPETITIONS", "2")],
+            )
         };
         assert_eq!(hogged.status, 0, "{}", hogged.log);
         assert!(

@@ -12,6 +12,10 @@
 //! interval"). Variation between boots is in the interval only as far as
 //! the runs' repetitions spread over boots (`[experiment] boots`): then
 //! each run is resampled boot first, then repetitions within each boot.
+//! Variation of the host itself is not: when the two runs' canaries
+//! (calibrate.rs) say the host's speed changed by [`HOST_SAME`] or more, a
+//! change the host's own change (plus the minimum effect) could explain is
+//! "host changed", not a regression.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,9 +28,15 @@ use super::error::FigureError;
 use super::extract::{PanelData, Series, SeriesPoint, XKey, fmt_num};
 use super::stats::{self, Estimate, Rep, Spread};
 use super::{Figure, RunFigures, compute};
+use crate::calibrate;
 
 /// The smallest change flagged unless asked otherwise: 5 %.
 pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
+
+/// Two runs' hosts count as equally fast while their canaries' medians are
+/// less than 5 % apart: on a quiet host here, the median of 5 passes
+/// ranged 12.65–13.78 ns per step over 12 tries (a run takes 20 passes).
+pub const HOST_SAME: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -45,6 +55,9 @@ pub enum Flag {
     Same,
     /// A side has no interval: the change cannot be told from noise.
     NoInterval,
+    /// Decided, but no larger than the host's own change of speed between
+    /// the runs (plus the minimum effect): the host could explain it.
+    HostChanged,
 }
 
 impl Flag {
@@ -57,6 +70,7 @@ impl Flag {
             Flag::Undecided => "undecided",
             Flag::Same => "within noise",
             Flag::NoInterval => "no interval",
+            Flag::HostChanged => "host changed",
         }
     }
 }
@@ -84,6 +98,11 @@ pub struct Comparison {
     pub unmatched: Vec<String>,
     /// The minimum effect a flag needs, as a fraction.
     pub min_effect: f64,
+    /// The canaries' median ns per step in A and B, where both ran one.
+    pub host_a_ns: Option<f64>,
+    pub host_b_ns: Option<f64>,
+    /// B's host against A's: median(B) / median(A) − 1.
+    pub host_shift: Option<f64>,
 }
 
 impl Comparison {
@@ -138,6 +157,28 @@ pub fn flag(
     direction(change, better)
 }
 
+/// A decided change (regression, improvement, changed) that lies within
+/// ±(|host shift| + min effect) somewhere in its interval becomes "host
+/// changed" when the hosts' speeds differ by [`HOST_SAME`] or more: the
+/// host alone could have moved it that far.
+pub fn host_flag(
+    flag: Flag,
+    interval: Option<(f64, f64)>,
+    host_shift: Option<f64>,
+    min_effect: f64,
+) -> Flag {
+    let (Some((lo, hi)), Some(shift)) = (interval, host_shift) else {
+        return flag;
+    };
+    let decided = matches!(flag, Flag::Regression | Flag::Improvement | Flag::Changed);
+    let reach = shift.abs() + min_effect;
+    if decided && shift.abs() >= HOST_SAME && lo < reach && hi > -reach {
+        Flag::HostChanged
+    } else {
+        flag
+    }
+}
+
 /// A decided change by its direction: a regression when it goes the
 /// panel's worse way, "changed" when the panel has no better direction.
 pub fn direction(change: f64, better: Option<Better>) -> Flag {
@@ -177,7 +218,12 @@ fn series_changes(
                     change_pct: change * 100.0,
                     change_lo_pct: interval.map(|i| i.0 * 100.0),
                     change_hi_pct: interval.map(|i| i.1 * 100.0),
-                    flag: flag(change, interval, better, out.min_effect),
+                    flag: host_flag(
+                        flag(change, interval, better, out.min_effect),
+                        interval,
+                        out.host_shift,
+                        out.min_effect,
+                    ),
                 })
             }
             None => out.unmatched.push(format!(
@@ -282,8 +328,15 @@ pub fn compare(
 ) -> Result<Comparison, FigureError> {
     let ra = compute(a, defs)?;
     let rb = compute(b, defs)?;
+    let (sa, sb) = (&ra.run.manifest.host.speed, &rb.run.manifest.host.speed);
     let mut out = Comparison {
         min_effect,
+        host_a_ns: sa.as_ref().and_then(|s| s.median()),
+        host_b_ns: sb.as_ref().and_then(|s| s.median()),
+        host_shift: sa
+            .as_ref()
+            .zip(sb.as_ref())
+            .and_then(|(a, b)| calibrate::shift(a, b)),
         ..Comparison::default()
     };
     for fa in &ra.figures {
@@ -312,6 +365,7 @@ fn show(e: &Estimate) -> String {
 
 pub fn render(c: &Comparison) -> String {
     let mut s = String::new();
+    let _ = writeln!(s, "{}", host_line(c));
     let mut last = String::new();
     for ch in &c.changes {
         let head = format!("{} / {}", ch.figure, ch.panel);
@@ -349,7 +403,44 @@ pub fn render(c: &Comparison) -> String {
         c.regressions(),
         format_args!("{}%", fmt_num(c.min_effect * 100.0))
     );
+    let host = c
+        .changes
+        .iter()
+        .filter(|ch| ch.flag == Flag::HostChanged)
+        .count();
+    if host > 0 {
+        let _ = writeln!(
+            s,
+            "{host} changes not decided: the host's own speed changed as much (host changed)"
+        );
+    }
     s
+}
+
+/// What the two runs' canaries say about their hosts.
+fn host_line(c: &Comparison) -> String {
+    let (Some(a), Some(b), Some(shift)) = (c.host_a_ns, c.host_b_ns, c.host_shift) else {
+        return "host speed: not measured in both runs (runs before the canary); a change of the host itself is not ruled out".into();
+    };
+    let ns = |v: f64| format!("{v:.1} ns");
+    if shift.abs() < HOST_SAME {
+        format!(
+            "host speed: the same within {:.0} % (canary A {}, B {} per step, {:+.1} %)",
+            HOST_SAME * 100.0,
+            ns(a),
+            ns(b),
+            shift * 100.0
+        )
+    } else {
+        format!(
+            "host speed: B's host {:.0} % {} than A's (canary A {}, B {} per step): a change within ±{:.0} % is not decided (host changed)",
+            shift.abs() * 100.0,
+            if shift > 0.0 { "slower" } else { "faster" },
+            ns(a),
+            ns(b),
+            (shift.abs() + c.min_effect) * 100.0
+        )
+    }
 }
 
 #[cfg(test)]
@@ -403,6 +494,30 @@ mod tests {
             Flag::Same
         );
         assert_eq!(flag(0.3, None, Some(Better::Lower), 0.05), Flag::NoInterval);
+    }
+
+    #[test]
+    fn a_change_the_hosts_own_shift_could_explain_is_not_decided() {
+        let reg = Flag::Regression;
+        // Hosts the same (2 % apart): the flag stands.
+        assert_eq!(host_flag(reg, Some((0.08, 0.12)), Some(0.02), 0.05), reg);
+        // B's host 40 % slower: a 30 % slowdown is the host's, not a regression.
+        assert_eq!(
+            host_flag(reg, Some((0.25, 0.35)), Some(0.4), 0.05),
+            Flag::HostChanged
+        );
+        assert_eq!(
+            host_flag(Flag::Improvement, Some((-0.35, -0.25)), Some(0.4), 0.05),
+            Flag::HostChanged
+        );
+        // Beyond the host's shift plus the minimum effect: still decided.
+        assert_eq!(host_flag(reg, Some((0.5, 0.7)), Some(0.4), 0.05), reg);
+        // Undecided stays undecided; no canary, no change of flag.
+        assert_eq!(
+            host_flag(Flag::Undecided, Some((0.01, 0.3)), Some(0.4), 0.05),
+            Flag::Undecided
+        );
+        assert_eq!(host_flag(reg, Some((0.25, 0.35)), None, 0.05), reg);
     }
 
     #[test]

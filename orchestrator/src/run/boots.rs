@@ -307,6 +307,11 @@ pub(super) fn finish(
         None if any_failed => RunStatus::Partial,
         None => RunStatus::Complete,
     };
+    // The canary again, after the last boot: a host that slowed down
+    // during the run shows as a gap between its start and end timings.
+    if let Some(speed) = m.host.speed.as_mut().filter(|_| stop.is_none()) {
+        speed.end_ns_per_step = crate::calibrate::measure(crate::calibrate::PASSES);
+    }
     let (finished_at, wall_s) =
         ended_at.unwrap_or_else(|| (manifest::utc_now(), started.elapsed().as_secs_f64()));
     m.finished_at = Some(finished_at);

@@ -47,6 +47,11 @@ pub(super) fn prepare(
     let (agent, helpers) = guest_binaries(&repo, plan, m, progress)?;
     let qemu = crate::qemu::qemu_binary();
     m.host = hostinfo::collect(&repo, qemu.as_deref());
+    // The canary before the first boot; boots.rs times it again at the end.
+    m.host.speed = Some(crate::calibrate::HostSpeed {
+        start_ns_per_step: crate::calibrate::measure(crate::calibrate::PASSES),
+        end_ns_per_step: Vec::new(),
+    });
     let executor: Box<dyn Executor> = match spec.experiment.executor {
         ExecutorKind::Qemu => {
             let qemu = qemu.ok_or_else(|| {
