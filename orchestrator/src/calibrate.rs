@@ -45,7 +45,7 @@ impl HostSpeed {
         }
         all.sort_by(f64::total_cmp);
         let mid = all.len() / 2;
-        Some(if all.len() % 2 == 0 {
+        Some(if all.len().is_multiple_of(2) {
             (all[mid - 1] + all[mid]) / 2.0
         } else {
             all[mid]
