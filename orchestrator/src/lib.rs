@@ -8,7 +8,7 @@
 //! the lowest layer that needs it. `tests/layers.rs` reads this list and
 //! checks every `crate::` path in `src`; README.md's layout repeats it.
 //!
-//! - host: units, paths, fsutil, lock, interrupt, random, phases, failures, progress, hosttools
+//! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools
 //! - machine: qemu, hostinfo, noise, calibrate
 //! - inputs: kernel, image, guestbin, ebpf
 //! - spec: spec, plan
@@ -49,3 +49,4 @@ pub mod show;
 pub mod slurm;
 pub mod spec;
 pub mod units;
+pub mod wait;

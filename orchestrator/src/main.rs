@@ -260,7 +260,7 @@ fn main() -> ExitCode {
 fn run_outcome(result: Result<run::RunResult, run::RunError>, spec: &str) -> Result<ExitCode> {
     match result {
         Ok(r) => {
-            print!("{}", show::show_run(&r.dir).map_err(anyhow::Error::msg)?);
+            print!("{}", show::show_run(&r.dir)?);
             println!("results in {}", r.dir.display());
             let all_ok = r.manifest.points.iter().all(|p| p.ok);
             Ok(if all_ok {
@@ -350,7 +350,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             if testbed::slurm::array::ArrayDir::is_array(&run) {
                 print!("{}", testbed::slurm::status::render(&run)?);
             } else {
-                print!("{}", show::show_run(&run).map_err(anyhow::Error::msg)?);
+                print!("{}", show::show_run(&run)?);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -533,7 +533,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Show { run } => {
-            print!("{}", show::show_run(&run).map_err(anyhow::Error::msg)?);
+            print!("{}", show::show_run(&run)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Kernel { command } => kernel_command(command),

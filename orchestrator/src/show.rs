@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::results::manifest;
 
-pub fn show_run(dir: &Path) -> Result<String, String> {
+pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
     let m = manifest::read(&dir.join("manifest.json"))?;
     let mut s = String::new();
     s.push_str(&format!("run        {}\n", dir.display()));

@@ -27,14 +27,35 @@ fn split_number(text: &str) -> (&str, &str) {
     t.split_at(split)
 }
 
+/// A size or duration that does not parse; the spec loader locates it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error(
+        "invalid size {0:?}: expected a number followed by an optional unit (K, M, G, T)"
+    )]
+    SizeNumber(String),
+    #[error(
+        "invalid size {text:?}: unknown unit {unit:?} (use K, M, G or T, optionally followed by B or iB)"
+    )]
+    SizeUnit { text: String, unit: String },
+    #[error("invalid size {0:?}: not a whole number of bytes")]
+    SizeNotWhole(String),
+    #[error("invalid duration {0:?}: expected a number followed by ms, s, m or h")]
+    DurationNumber(String),
+    #[error("invalid duration {text:?}: unknown unit {unit:?} (use ms, s, m or h)")]
+    DurationUnit { text: String, unit: String },
+    #[error("invalid duration {0:?}: must be positive")]
+    DurationNotPositive(String),
+    #[error("invalid duration {0:?}: too long to represent")]
+    DurationTooLong(String),
+}
+
 /// Parses "512", "4K", "4KiB", "4KB", "1.5G": units are powers of 1024.
-pub fn parse_size(text: &str) -> Result<Size, String> {
+pub fn parse_size(text: &str) -> Result<Size, UnitError> {
     let (num, unit) = split_number(text);
-    let num: f64 = num.parse().map_err(|_| {
-        format!(
-            "invalid size {text:?}: expected a number followed by an optional unit (K, M, G, T)"
-        )
-    })?;
+    let num: f64 = num
+        .parse()
+        .map_err(|_| UnitError::SizeNumber(text.to_string()))?;
     let shift = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
@@ -42,16 +63,15 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
         "G" | "GB" | "GIB" => 30,
         "T" | "TB" | "TIB" => 40,
         other => {
-            return Err(format!(
-                "invalid size {text:?}: unknown unit {other:?} (use K, M, G or T, optionally followed by B or iB)"
-            ));
+            return Err(UnitError::SizeUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            });
         }
     };
     let bytes = num * (1u64 << shift) as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
-        return Err(format!(
-            "invalid size {text:?}: not a whole number of bytes"
-        ));
+        return Err(UnitError::SizeNotWhole(text.to_string()));
     }
     Ok(Size(bytes as u64))
 }
@@ -102,27 +122,27 @@ impl Serialize for Size {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Span(pub Duration);
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let (num, unit) = split_number(text);
-    let num: f64 = num.parse().map_err(|_| {
-        format!("invalid duration {text:?}: expected a number followed by ms, s, m or h")
-    })?;
+    let num: f64 = num
+        .parse()
+        .map_err(|_| UnitError::DurationNumber(text.to_string()))?;
     let secs = match unit.trim() {
         "ms" => num / 1000.0,
         "" | "s" => num,
         "m" | "min" => num * 60.0,
         "h" => num * 3600.0,
         other => {
-            return Err(format!(
-                "invalid duration {text:?}: unknown unit {other:?} (use ms, s, m or h)"
-            ));
+            return Err(UnitError::DurationUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            });
         }
     };
     if !secs.is_finite() || secs <= 0.0 {
-        return Err(format!("invalid duration {text:?}: must be positive"));
+        return Err(UnitError::DurationNotPositive(text.to_string()));
     }
-    Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("invalid duration {text:?}: too long to represent"))
+    Duration::try_from_secs_f64(secs).map_err(|_| UnitError::DurationTooLong(text.to_string()))
 }
 
 impl<'de> Deserialize<'de> for Span {
@@ -173,14 +193,20 @@ mod tests {
 
     #[test]
     fn bad_sizes_say_why() {
-        let e = parse_size("12QB").unwrap_err();
+        let e = parse_size("12QB").unwrap_err().to_string();
         assert!(e.contains("unknown unit \"QB\""), "{e}");
         assert!(
             parse_size("lots")
                 .unwrap_err()
+                .to_string()
                 .contains("expected a number")
         );
-        assert!(parse_size("0.3").unwrap_err().contains("whole number"));
+        assert!(
+            parse_size("0.3")
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub fn load(dir: &Path) -> Result<RunData, FigureError> {
     if !mpath.is_file() {
         return Err(file_err(&mpath, "missing: not a run directory"));
     }
-    let manifest = manifest::read(&mpath).map_err(FigureError::Other)?;
+    let manifest = manifest::read(&mpath)?;
     let spath = dir.join("samples.parquet");
     let finished = manifest.points.iter().filter(|p| p.ok).count();
     if !spath.exists() {

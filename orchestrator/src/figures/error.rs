@@ -12,6 +12,8 @@ pub enum FigureError {
     Definition { path: PathBuf, reason: String },
     #[error(transparent)]
     Samples(#[from] crate::results::samples::SamplesError),
+    #[error(transparent)]
+    Manifest(#[from] crate::results::manifest::ManifestError),
     #[error("figure {figure}: drawing failed: {reason}")]
     Draw { figure: String, reason: String },
     #[error(

@@ -11,11 +11,12 @@ use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use testbed_agent::protocol::{self, GuestMsg, HostMsg, ProtocolError};
 
 use super::process::VmProcess;
+use crate::wait::{Until, Waited, poll};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelError {
@@ -49,27 +50,27 @@ impl Channel {
         vm: &mut VmProcess,
         timeout: Duration,
     ) -> Result<Channel, ChannelError> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let connected = poll(Until::after(timeout), Duration::from_millis(5), || {
             if let Some(status) = vm.try_wait() {
-                return Err(ChannelError::QemuExited {
+                return Some(Err(ChannelError::QemuExited {
                     status: status.to_string(),
-                });
+                }));
             }
-            if let Ok(stream) = UnixStream::connect(socket) {
+            UnixStream::connect(socket).ok().map(Ok)
+        });
+        match connected {
+            Waited::Done(Ok(stream)) => {
                 let reader = stream.try_clone().map_err(ProtocolError::Io)?;
-                return Ok(Channel::from_parts(
+                Ok(Channel::from_parts(
                     BufReader::new(reader),
                     Box::new(stream),
-                ));
+                ))
             }
-            if Instant::now() > deadline {
-                return Err(ChannelError::NoSocket {
-                    path: socket.display().to_string(),
-                    waited: timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(5));
+            Waited::Done(Err(e)) => Err(e),
+            Waited::TimedOut | Waited::Interrupted => Err(ChannelError::NoSocket {
+                path: socket.display().to_string(),
+                waited: timeout,
+            }),
         }
     }
 

@@ -8,9 +8,14 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use testbed_agent::text::printable_lines;
+
+use crate::wait::{Until, Waited, poll};
+
+/// How often a wait looks at a process again.
+const POLL: Duration = Duration::from_millis(20);
 
 /// Groups this process started and has not reaped yet.
 static LIVE: Mutex<Vec<Leader>> = Mutex::new(Vec::new());
@@ -101,26 +106,20 @@ impl GroupProcess {
 
     /// Waits up to `timeout` for the leader to end by itself.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(s) = self.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match poll(Until::after(timeout), POLL, || self.try_wait()) {
+            Waited::Done(s) => Some(s),
+            Waited::TimedOut | Waited::Interrupted => None,
         }
-        self.try_wait()
     }
 
     /// Waits for the leader to end; `None` if Ctrl-C or SIGTERM came first
     /// (the group is then killed and reaped).
     pub fn wait_or_interrupt(&mut self) -> Option<ExitStatus> {
-        loop {
-            if crate::interrupt::interrupted() {
+        match poll(Until::interrupted(), POLL, || self.try_wait()) {
+            Waited::Done(s) => Some(s),
+            Waited::TimedOut | Waited::Interrupted => {
                 self.kill();
-                return None;
-            }
-            if let Some(status) = self.wait_timeout(Duration::from_millis(500)) {
-                return Some(status);
+                None
             }
         }
     }
@@ -331,17 +330,14 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
+    // Done(Ok): it exited; Done(Err) or a timeout: it is killed.
+    let exited = poll(Until::after(Duration::from_secs(5)), POLL, || {
+        child.try_wait().transpose()
+    });
+    if !matches!(exited, Waited::Done(Ok(_))) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
     }
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;

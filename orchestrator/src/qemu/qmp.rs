@@ -4,9 +4,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::wait::{Until, Waited, poll};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QmpError {
@@ -45,18 +47,15 @@ impl Qmp {
     /// Connects (retrying until `timeout`: QEMU may still be starting),
     /// reads the greeting and leaves capabilities negotiation.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Qmp, QmpError> {
-        let deadline = Instant::now() + timeout;
-        let stream = loop {
-            match UnixStream::connect(path) {
-                Ok(s) => break s,
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(QmpError::Connect {
-                        path: path.display().to_string(),
-                        source: e,
-                    });
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
+        let mut last = None;
+        let connected = poll(Until::after(timeout), Duration::from_millis(10), || {
+            UnixStream::connect(path).map_err(|e| last = Some(e)).ok()
+        });
+        let Waited::Done(stream) = connected else {
+            return Err(QmpError::Connect {
+                path: path.display().to_string(),
+                source: last.unwrap_or_else(|| std::io::ErrorKind::TimedOut.into()),
+            });
         };
         stream.set_read_timeout(Some(timeout))?;
         let mut q = Qmp {

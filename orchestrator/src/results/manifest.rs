@@ -263,15 +263,46 @@ impl Manifest {
     }
 }
 
-pub fn read(path: &Path) -> Result<Manifest, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a valid manifest: {e}", path.display()))
+/// A manifest that cannot be read or written, with its path.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a valid manifest: {source}", path.display())]
+    Invalid {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: the manifest cannot be encoded: {source}", path.display())]
+    Encode {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
 }
 
-pub fn write(path: &Path, m: &Manifest) -> Result<(), String> {
-    let text = serde_json::to_vec_pretty(m).map_err(|e| e.to_string())?;
-    crate::fsutil::write_atomic(path, &text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read(path: &Path) -> Result<Manifest, ManifestError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+pub fn write(path: &Path, m: &Manifest) -> Result<(), ManifestError> {
+    let text = serde_json::to_vec_pretty(m).map_err(|source| ManifestError::Encode {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    crate::fsutil::write_atomic(path, &text).map_err(|source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// UTC time as "2026-11-30T09:28:38Z", without a date crate.

@@ -316,7 +316,7 @@ pub(super) fn finish(
         ended_at.unwrap_or_else(|| (manifest::utc_now(), started.elapsed().as_secs_f64()));
     m.finished_at = Some(finished_at);
     m.wall_s = Some(wall_s);
-    manifest::write(&rd.manifest(), &m).map_err(RunError::Setup)?;
+    manifest::write(&rd.manifest(), &m)?;
     match (m.status, fatal) {
         (RunStatus::Interrupted, _) => Err(RunError::Interrupted(dir.display().to_string())),
         (RunStatus::Failed, Some(e)) => Err(RunError::Setup(format!(

@@ -54,6 +54,8 @@ pub enum RunError {
     Spec(#[from] crate::spec::SpecError),
     #[error("{0}")]
     Setup(String),
+    #[error(transparent)]
+    Manifest(#[from] crate::results::manifest::ManifestError),
     #[error("interrupted; finished points are kept in {0} (continue with --resume --out {0})")]
     Interrupted(String),
     /// --resume without --force, and the inputs differ from the earlier
@@ -244,7 +246,7 @@ fn run_in_dir(
     if let Some(earlier) = &earlier {
         start::check_resume_inputs(earlier, &rd, &mut m, opts.force, progress)?;
     }
-    manifest::write(&rd.manifest(), &m).map_err(RunError::Setup)?;
+    manifest::write(&rd.manifest(), &m)?;
     let ended = boots::run_boots(
         executor.as_mut(),
         plan,

@@ -86,7 +86,7 @@ pub(crate) fn begin(
     });
     rerun.sort();
     let earlier = if opts.resume && rd.manifest().is_file() {
-        Some(manifest::read(&rd.manifest()).map_err(RunError::Setup)?)
+        Some(manifest::read(&rd.manifest())?)
     } else {
         None
     };

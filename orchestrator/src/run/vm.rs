@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::inputs::file_input;
 use super::{RunError, RunOptions, setup};
@@ -12,6 +12,7 @@ use crate::qemu::accel::{self, AccelDecision};
 use crate::qemu::argv::{Accel, VmConfig};
 use crate::results::manifest::{Inputs, KernelInput};
 use crate::spec::LoadedSpec;
+use crate::wait;
 use crate::{devices, guestbin, image, kernel, paths};
 
 /// The spec's kernel; an error points at `kernel.name` in the spec.
@@ -346,27 +347,30 @@ pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::Probe
                     crate::qemu::process::tail_lines(&log, 3).replace('\n', " | ")
                 )
             })?;
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        // recv_timeout does the waiting between checks.
+        let hello = wait::poll(wait::Until::after(timeout), Duration::ZERO, || {
             if let Some(status) = vm.try_wait() {
-                return Err(format!(
+                return Some(Err(format!(
                     "QEMU exited ({status}): {}",
                     crate::qemu::process::tail_lines(&log, 3).replace('\n', " | ")
-                ));
+                )));
             }
-            match ch.recv_timeout(std::time::Duration::from_millis(100)) {
+            match ch.recv_timeout(Duration::from_millis(100)) {
                 Ok(Some(testbed_agent::protocol::GuestMsg::Hello(h))) if h.nonce == nonce => {
-                    return Ok(());
+                    Some(Ok(()))
                 }
-                Ok(_) => {}
-                Err(e) => return Err(format!("agent channel: {e}")),
+                Ok(_) => None,
+                Err(e) => Some(Err(format!("agent channel: {e}"))),
             }
+        });
+        match hello {
+            wait::Waited::Done(r) => r,
+            wait::Waited::TimedOut | wait::Waited::Interrupted => Err(format!(
+                "no agent within {}s (guest hung; last console line: {:?})",
+                timeout.as_secs(),
+                crate::qemu::process::tail_lines(&c.console_log, 1)
+            )),
         }
-        Err(format!(
-            "no agent within {}s (guest hung; last console line: {:?})",
-            timeout.as_secs(),
-            crate::qemu::process::tail_lines(&c.console_log, 1)
-        ))
     })();
     accel::probe_outcome(started, outcome)
 }

@@ -33,7 +33,7 @@ pub fn collect(run_dir: &Path, progress: &mut dyn Progress) -> Result<RunResult,
         },
         other => setup(other),
     })?;
-    let mut m: Manifest = manifest::read(&rd.manifest()).map_err(RunError::Setup)?;
+    let mut m: Manifest = manifest::read(&rd.manifest())?;
     let live = super::submit::live_tasks(&state).unwrap_or_default();
     crate::fsutil::create_dir(&rd.points_dir())
         .map_err(|e| setup(format!("{}: {e}", rd.points_dir().display())))?;

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::qemu::process::GroupProcess;
+use crate::wait::{Until, Waited, poll};
 
 use super::SlurmError;
 
@@ -297,14 +298,14 @@ fn wait_for(
     what: &str,
     mut ready: impl FnMut() -> bool,
 ) -> Result<(), SlurmError> {
-    let started = Instant::now();
-    while !ready() {
-        if started.elapsed() > limit {
-            return Err(local_err(what, format!("not ready after {limit:?}")));
+    match poll(Until::after(limit), Duration::from_millis(50), || {
+        ready().then_some(())
+    }) {
+        Waited::Done(()) => Ok(()),
+        Waited::TimedOut | Waited::Interrupted => {
+            Err(local_err(what, format!("not ready after {limit:?}")))
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(())
 }
 
 fn getrandom(buf: &mut [u8]) -> Result<(), SlurmError> {

@@ -120,7 +120,7 @@ pub fn run(
     }
     dir.write(&state).map_err(setup)?;
     m.status = RunStatus::Running;
-    manifest::write(&rd.manifest(), &m).map_err(RunError::Setup)?;
+    manifest::write(&rd.manifest(), &m)?;
     drop(_lock);
     if !opts.wait {
         eprintln!(

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::RootfsError;
 use crate::image::recipe::Recipe;
 use crate::qemu::process::{GroupProcess, tail_lines};
+use crate::wait::{Until, Waited, poll};
 
 /// Files the guest never reads; leaving them out makes the image smaller.
 const EXCLUDED: [&str; 4] = [
@@ -150,21 +151,18 @@ fn run_logged(cmd: &mut Command, name: &str, log: &Path) -> Result<(), RootfsErr
     let err = out.try_clone().map_err(io)?;
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     let mut group = GroupProcess::spawn_command(cmd).map_err(|e| tool(name, e.to_string()))?;
-    loop {
-        if let Some(status) = group.try_wait() {
-            if status.success() {
-                return Ok(());
-            }
-            return Err(tool(
-                name,
-                format!("{status}; last lines:\n{}", tail_lines(log, 15)),
-            ));
-        }
-        if crate::interrupt::interrupted() {
+    match poll(Until::interrupted(), Duration::from_millis(100), || {
+        group.try_wait()
+    }) {
+        Waited::Done(status) if status.success() => Ok(()),
+        Waited::Done(status) => Err(tool(
+            name,
+            format!("{status}; last lines:\n{}", tail_lines(log, 15)),
+        )),
+        Waited::TimedOut | Waited::Interrupted => {
             group.kill();
-            return Err(RootfsError::Interrupted);
+            Err(RootfsError::Interrupted)
         }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
