@@ -30,9 +30,7 @@ fn split_number(text: &str) -> (&str, &str) {
 /// A size or duration that does not parse; the spec loader locates it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnitError {
-    #[error(
-        "invalid size {0:?}: expected a number followed by an optional unit (K, M, G, T)"
-    )]
+    #[error("invalid size {0:?}: expected a number followed by an optional unit (K, M, G, T)")]
     SizeNumber(String),
     #[error(
         "invalid size {text:?}: unknown unit {unit:?} (use K, M, G or T, optionally followed by B or iB)"

@@ -33,9 +33,9 @@ use crate::calibrate;
 /// The smallest change flagged unless asked otherwise: 5 %.
 pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
 
-/// Two runs' hosts count as equally fast while their canaries' medians are
-/// less than 5 % apart: on a quiet host here, the median of 5 passes
-/// ranged 12.65–13.78 ns per step over 12 tries (a run takes 20 passes).
+/// Two runs' hosts count as equally fast while their canaries are less
+/// than 5 % apart: over two reproductions of 12 specs here, the two runs
+/// of a spec were 0.1–3.2 % apart, one pair 6.1 % (calibrate.rs).
 pub const HOST_SAME: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,10 +98,11 @@ pub struct Comparison {
     pub unmatched: Vec<String>,
     /// The minimum effect a flag needs, as a fraction.
     pub min_effect: f64,
-    /// The canaries' median ns per step in A and B, where both ran one.
+    /// The canaries' ns per step (lower quartile) in A and B, where both
+    /// ran one.
     pub host_a_ns: Option<f64>,
     pub host_b_ns: Option<f64>,
-    /// B's host against A's: median(B) / median(A) − 1.
+    /// B's host against A's: canary(B) / canary(A) − 1.
     pub host_shift: Option<f64>,
 }
 
@@ -331,8 +332,8 @@ pub fn compare(
     let (sa, sb) = (&ra.run.manifest.host.speed, &rb.run.manifest.host.speed);
     let mut out = Comparison {
         min_effect,
-        host_a_ns: sa.as_ref().and_then(|s| s.median()),
-        host_b_ns: sb.as_ref().and_then(|s| s.median()),
+        host_a_ns: sa.as_ref().and_then(|s| s.typical()),
+        host_b_ns: sb.as_ref().and_then(|s| s.typical()),
         host_shift: sa
             .as_ref()
             .zip(sb.as_ref())
