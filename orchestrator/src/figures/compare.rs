@@ -58,6 +58,10 @@ pub enum Flag {
     /// Decided, but no larger than the host's own change of speed between
     /// the runs (plus the minimum effect): the host could explain it.
     HostChanged,
+    /// Beyond the minimum effect, but the repetitions on either side are
+    /// too few for their order to be told from chance among this many
+    /// values (rank test, Bonferroni).
+    Chance,
 }
 
 impl Flag {
@@ -71,6 +75,7 @@ impl Flag {
             Flag::Same => "within noise",
             Flag::NoInterval => "no interval",
             Flag::HostChanged => "host changed",
+            Flag::Chance => "could be chance",
         }
     }
 }
@@ -88,6 +93,9 @@ pub struct Change {
     /// Its 95 % interval in percent, where both sides have one.
     pub change_lo_pct: Option<f64>,
     pub change_hi_pct: Option<f64>,
+    /// One-sided exact rank-test p-value of B's values lying beyond A's
+    /// the way the change goes (units: boots where repetitions have them).
+    pub p: Option<f64>,
     pub flag: Flag,
 }
 
@@ -104,6 +112,12 @@ pub struct Comparison {
     pub host_b_ns: Option<f64>,
     /// B's host against A's: canary(B) / canary(A) − 1.
     pub host_shift: Option<f64>,
+    /// The p-value a decided change needs: 0.05 over the values compared
+    /// with an interval (Bonferroni).
+    pub max_p: Option<f64>,
+    /// Repetitions (or boots) per side that could decide a change at
+    /// `max_p`: the smallest n with 1 / C(2n, n) ≤ max_p.
+    pub units_needed: Option<usize>,
 }
 
 impl Comparison {
@@ -209,6 +223,7 @@ fn series_changes(
                     f64::NAN
                 };
                 let interval = change_interval(pa, pb);
+                let p = interval.map(|_| rank_p(&units(&pa.reps), &units(&pb.reps), change > 0.0));
                 out.changes.push(Change {
                     figure: fig.to_string(),
                     panel: panel.to_string(),
@@ -219,12 +234,10 @@ fn series_changes(
                     change_pct: change * 100.0,
                     change_lo_pct: interval.map(|i| i.0 * 100.0),
                     change_hi_pct: interval.map(|i| i.1 * 100.0),
-                    flag: host_flag(
-                        flag(change, interval, better, out.min_effect),
-                        interval,
-                        out.host_shift,
-                        out.min_effect,
-                    ),
+                    p,
+                    // Chance and the host are weighed once every value is
+                    // known (`compare`).
+                    flag: flag(change, interval, better, out.min_effect),
                 })
             }
             None => out.unmatched.push(format!(
@@ -354,7 +367,143 @@ pub fn compare(
                 .push(format!("figure {} only in B", fb.def.id));
         }
     }
+    weigh(&mut out);
     Ok(out)
+}
+
+/// The family-wide steps of the flags: a decided change whose rank test
+/// does not reach 0.05 over the number of values compared could be chance
+/// (a run of many values has some beyond their 95 % intervals by luck, and
+/// three repetitions a side can never be told from chance: their most
+/// extreme order has p = 1/20); then the host's own change of speed.
+pub fn weigh(c: &mut Comparison) {
+    let m = c.changes.iter().filter(|ch| ch.p.is_some()).count();
+    if m > 0 {
+        let max_p = FAMILY_ALPHA / m as f64;
+        c.max_p = Some(max_p);
+        c.units_needed = (1..=200).find(|&n| 1.0 / binomial(2 * n, n) <= max_p);
+    }
+    for ch in &mut c.changes {
+        let decided = matches!(
+            ch.flag,
+            Flag::Regression | Flag::Improvement | Flag::Changed
+        );
+        if decided && ch.p.zip(c.max_p).is_some_and(|(p, max)| p > max) {
+            ch.flag = Flag::Chance;
+        }
+        let interval = ch
+            .change_lo_pct
+            .zip(ch.change_hi_pct)
+            .map(|(l, h)| (l / 100.0, h / 100.0));
+        ch.flag = host_flag(ch.flag, interval, c.host_shift, c.min_effect);
+    }
+}
+
+/// The family-wise error rate a comparison keeps: 5 %.
+pub const FAMILY_ALPHA: f64 = 0.05;
+
+/// The values a point's rank test compares: the median of each boot when
+/// its repetitions say which boot measured them (boots are the
+/// independent units), else each repetition.
+fn units(reps: &[Rep]) -> Vec<f64> {
+    if reps.iter().any(|r| r.boot.is_none()) {
+        return reps.iter().map(|r| r.value).collect();
+    }
+    let mut by_boot: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for r in reps {
+        by_boot
+            .entry(r.boot.unwrap_or(0))
+            .or_default()
+            .push(r.value);
+    }
+    by_boot
+        .into_values()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            let mid = v.len() / 2;
+            if v.len().is_multiple_of(2) {
+                (v[mid - 1] + v[mid]) / 2.0
+            } else {
+                v[mid]
+            }
+        })
+        .collect()
+}
+
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// One-sided exact Mann–Whitney p-value: the chance, when A and B are
+/// draws of one distribution, that B's values lie at least as far beyond
+/// A's (above when `b_greater`, else below) as observed. U counts pairs
+/// (a, b) with b beyond a, ties a half; its null distribution is counted
+/// exactly over the C(n+m, n) orders (normal approximation past 2 500
+/// pairs).
+pub fn rank_p(a: &[f64], b: &[f64], b_greater: bool) -> f64 {
+    let (n, m) = (a.len(), b.len());
+    if n == 0 || m == 0 {
+        return 1.0;
+    }
+    let mut u = 0.0;
+    for &x in a {
+        for &y in b {
+            let beyond = if b_greater { y > x } else { y < x };
+            u += if beyond {
+                1.0
+            } else if y == x {
+                0.5
+            } else {
+                0.0
+            };
+        }
+    }
+    let pairs = n * m;
+    if pairs > 2500 {
+        let mean = pairs as f64 / 2.0;
+        let sd = (pairs as f64 * (n + m + 1) as f64 / 12.0).sqrt();
+        let z = (u - 0.5 - mean) / sd;
+        return 0.5 * erfc(z / std::f64::consts::SQRT_2);
+    }
+    // counts[j][v]: orders of i A's and j B's with U = v, built up over i.
+    // With no A, U is 0 whatever the B's.
+    let mut counts = vec![vec![0.0f64; pairs + 1]; m + 1];
+    for row in counts.iter_mut() {
+        row[0] = 1.0;
+    }
+    for i in 1..=n {
+        let mut next = vec![vec![0.0f64; pairs + 1]; m + 1];
+        next[0][0] = 1.0;
+        for j in 1..=m {
+            for v in 0..=i * j {
+                // The largest element is an A (adds nothing) or a B
+                // (beyond all i A's).
+                let last_a = counts[j][v];
+                let last_b = if v >= i { next[j - 1][v - i] } else { 0.0 };
+                next[j][v] = last_a + last_b;
+            }
+        }
+        counts = next;
+    }
+    let total: f64 = counts[m].iter().sum();
+    let from = (u.ceil() as usize).min(pairs + 1);
+    counts[m][from..].iter().sum::<f64>() / total
+}
+
+/// Complementary error function (Numerical Recipes' erfcc, |error| < 1.2e-7).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * (-z * z + poly).exp();
+    if x >= 0.0 { r } else { 2.0 - r }
 }
 
 fn show(e: &Estimate) -> String {
@@ -404,6 +553,22 @@ pub fn render(c: &Comparison) -> String {
         c.regressions(),
         format_args!("{}%", fmt_num(c.min_effect * 100.0))
     );
+    let chance = c
+        .changes
+        .iter()
+        .filter(|ch| ch.flag == Flag::Chance)
+        .count();
+    if chance > 0 {
+        let _ = writeln!(
+            s,
+            "{chance} changes beyond the minimum effect could be chance: among {} values a change needs a rank-test p ≤ {} (5 % over them all); {}",
+            c.changes.iter().filter(|ch| ch.p.is_some()).count(),
+            c.max_p.map_or("-".into(), |p| format!("{p:.2e}")),
+            c.units_needed.map_or(String::new(), |n| format!(
+                "{n} repetitions (or boots) a side could decide them"
+            ))
+        );
+    }
     let host = c
         .changes
         .iter()
@@ -495,6 +660,77 @@ mod tests {
             Flag::Same
         );
         assert_eq!(flag(0.3, None, Some(Better::Lower), 0.05), Flag::NoInterval);
+    }
+
+    #[test]
+    fn the_rank_test_counts_orders_exactly() {
+        // All of B above all of A: 1 order of C(6, 3) = 20, of C(12, 6) = 924.
+        let p = rank_p(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0], true);
+        assert!((p - 1.0 / 20.0).abs() < 1e-12, "{p}");
+        let a: Vec<f64> = (0..6).map(f64::from).collect();
+        let b: Vec<f64> = (10..16).map(f64::from).collect();
+        assert!((rank_p(&a, &b, true) - 1.0 / 924.0).abs() < 1e-12);
+        // The other way: as unlikely as can be, so p = 1.
+        assert!((rank_p(&a, &b, false) - 1.0).abs() < 1e-12);
+        // One swap at the boundary: U = 8 of 9; 2 orders reach it.
+        let p = rank_p(&[1.0, 2.0, 4.5], &[4.0, 5.0, 6.0], true);
+        assert!((p - 2.0 / 20.0).abs() < 1e-12, "{p}");
+        // Fully interleaved: about half.
+        let p = rank_p(&[1.0, 3.0, 5.0], &[2.0, 4.0, 6.0], true);
+        assert!(p > 0.3 && p < 0.7, "{p}");
+        // The normal approximation (51 a side) agrees with the exact count
+        // (50 a side) at its edge.
+        let a: Vec<f64> = (0..51).map(|i| f64::from(i) * 2.0).collect();
+        let b: Vec<f64> = (0..51).map(|i| f64::from(i) * 2.0 + 9.0).collect();
+        let approx = rank_p(&a, &b, true);
+        let exact = rank_p(&a[..50], &b[..50], true);
+        assert!((approx - exact).abs() < 0.01, "{approx} {exact}");
+    }
+
+    /// A comparison of `m` values, each B 10 % above A with `n` repetitions
+    /// a side, none overlapping.
+    fn separated(m: usize, n: usize) -> Comparison {
+        let a: Vec<f64> = (0..n).map(|i| 100.0 + i as f64 * 0.1).collect();
+        let b: Vec<f64> = a.iter().map(|v| v * 1.1).collect();
+        let mut c = Comparison {
+            min_effect: 0.05,
+            ..Comparison::default()
+        };
+        for i in 0..m {
+            let (pa, pb) = (point(&a), point(&b));
+            let interval = change_interval(&pa, &pb);
+            c.changes.push(Change {
+                figure: "f".into(),
+                panel: "p".into(),
+                series: "s".into(),
+                x: i.to_string(),
+                a: pa.est,
+                b: pb.est,
+                change_pct: 10.0,
+                change_lo_pct: interval.map(|i| i.0 * 100.0),
+                change_hi_pct: interval.map(|i| i.1 * 100.0),
+                p: Some(rank_p(&units(&pa.reps), &units(&pb.reps), true)),
+                flag: flag(0.1, interval, Some(Better::Lower), 0.05),
+            });
+        }
+        weigh(&mut c);
+        c
+    }
+
+    #[test]
+    fn a_change_is_decided_only_where_its_repetitions_could_beat_chance_among_all_values() {
+        // Three repetitions a side: p ≥ 1/20 at best, never below 0.05 / 4.
+        let few = separated(4, 3);
+        assert!(few.changes.iter().all(|ch| ch.flag == Flag::Chance));
+        assert_eq!(few.units_needed, Some(5));
+        assert!(render(&few).contains("4 changes beyond the minimum effect could be chance"));
+        // Six a side: 1/924 ≤ 0.05 / 4, a regression at every value.
+        let six = separated(4, 6);
+        assert_eq!(six.regressions(), 4);
+        // Six a side among 271 values: 1/924 > 0.05 / 271; eight would do.
+        let many = separated(271, 6);
+        assert_eq!(many.regressions(), 0);
+        assert_eq!(many.units_needed, Some(8));
     }
 
     #[test]
