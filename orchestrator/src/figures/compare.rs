@@ -7,6 +7,10 @@
 //! whole interval; it is a regression when it goes the panel's worse way
 //! (`y.better`). An interval that excludes no change but reaches inside
 //! the minimum effect is "below min effect" or "undecided".
+//! A change beyond the minimum effect must also pass an exact one-sided
+//! rank test (Mann–Whitney, boots as the units where the repetitions have
+//! them) at 5 % over all the values compared (Bonferroni); otherwise it
+//! "could be chance" ([`weigh`]).
 //! A point needs two or more repetitions on both sides: one repetition's
 //! samples-based interval is no measure of run-to-run spread ("no
 //! interval"). Variation between boots is in the interval only as far as
