@@ -46,6 +46,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+mod common;
+use common::host_load::{Hog, wait_for_quiet_host};
+
 const TARBALL: &str = "/usr/src/linux-source-6.1.tar.xz";
 /// What the user's commit makes the kernel print at boot.
 const MARKER: &str = "testbed-ci: booted the user's patched tree";
@@ -228,22 +231,6 @@ fn ci_job_with(
     }
 }
 
-/// Other processes' share of the host's CPU over `secs` seconds, %.
-fn others_pct_over(secs: u64) -> f64 {
-    let counters = || {
-        let cpu = testbed::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap())
-            .unwrap();
-        let (_, mine) =
-            testbed::noise::parse_pid_stat(&std::fs::read_to_string("/proc/self/stat").unwrap())
-                .unwrap();
-        (cpu, mine)
-    };
-    let a = counters();
-    std::thread::sleep(std::time::Duration::from_secs(secs));
-    let b = counters();
-    testbed::noise::between(&a.0, a.1, &b.0, b.1).0
-}
-
 /// `ci_job` on a quiet host. A job whose run the testbed found busy (other
 /// users of a shared machine) decides nothing, by design: it is made again,
 /// after waiting for the host to quiet down, at most four times.
@@ -251,12 +238,10 @@ fn quiet_job(tree: &Path, history: &Path, spec: &Path, out: &Path) -> Job {
     let deadline = Instant::now() + std::time::Duration::from_secs(15 * 60);
     let mut busy = Vec::new();
     loop {
-        while others_pct_over(2) >= 3.0 {
-            assert!(
-                Instant::now() < deadline,
-                "the host was never quiet in 15 min"
-            );
-        }
+        assert!(
+            wait_for_quiet_host(deadline, std::time::Duration::from_secs(2)),
+            "the host was never quiet in 15 min"
+        );
         let job = ci_job(tree, history, spec, out);
         // The script's own verdict, not the run's warning about points it
         // measured again (those may have been quiet the second time).
@@ -277,32 +262,6 @@ fn quiet_job(tree: &Path, history: &Path, spec: &Path, out: &Path) -> Job {
         );
         eprintln!("== {} was busy; again", out.display());
         let _ = std::fs::remove_dir_all(out);
-    }
-}
-
-/// One `yes` per host CPU for as long as it lives.
-struct Hog(Vec<std::process::Child>);
-
-impl Hog {
-    fn start() -> Hog {
-        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Hog((0..n)
-            .map(|_| {
-                Command::new("yes")
-                    .stdout(std::process::Stdio::null())
-                    .spawn()
-                    .expect("yes runs")
-            })
-            .collect())
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

@@ -7,6 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod common;
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -711,6 +713,7 @@ fn flight_between_two_vms_on_a_socket_link() {
 /// Numbers that another test's load would move: run alone (nextest's
 /// `measures::` rule, .config/nextest.toml).
 mod measures {
+    use super::common::host_load::{Hog, counters, others_pct, wait_for_quiet_host};
     use super::*;
 
     /// The smoke experiment (so its figure, smoke-latency, is drawn from it)
@@ -831,62 +834,6 @@ threads = [1, 2]
         eprintln!("{}", text(&s));
     }
 
-    /// One `yes > /dev/null` per host CPU, killed on drop.
-    struct Hog(Vec<Child>);
-
-    impl Hog {
-        fn start() -> Hog {
-            let n = std::thread::available_parallelism().map_or(2, |n| n.get());
-            Hog((0..n)
-                .map(|_| {
-                    Command::new("yes")
-                        .stdout(Stdio::null())
-                        .spawn()
-                        .expect("yes runs")
-                })
-                .collect())
-        }
-    }
-
-    impl Drop for Hog {
-        fn drop(&mut self) {
-            for c in &mut self.0 {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-
-    /// The host's counters and this test process's CPU time, children it
-    /// reaped included (a finished `testbed run` and, through it, QEMU).
-    fn counters() -> (testbed::noise::CpuTimes, u64) {
-        let cpu = testbed::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap())
-            .unwrap();
-        let (_, mine) =
-            testbed::noise::parse_pid_stat(&std::fs::read_to_string("/proc/self/stat").unwrap())
-                .unwrap();
-        (cpu, mine)
-    }
-
-    /// Other processes' share of the host's CPU between two `counters()`:
-    /// the test's own measure, independent of the testbed's per point.
-    fn others_pct(a: (testbed::noise::CpuTimes, u64), b: (testbed::noise::CpuTimes, u64)) -> f64 {
-        testbed::noise::between(&a.0, a.1, &b.0, b.1).0
-    }
-
-    /// Waits (until `deadline`) for a 5 s window in which other users of a
-    /// shared machine leave it alone; false if none came.
-    fn wait_for_quiet_host(deadline: Instant) -> bool {
-        while Instant::now() < deadline {
-            let a = counters();
-            std::thread::sleep(Duration::from_secs(5));
-            if others_pct(a, counters()) < 3.0 {
-                return true;
-            }
-        }
-        false
-    }
-
     fn noise_of(m: &serde_json::Value) -> Vec<(f64, bool)> {
         points(m)
             .iter()
@@ -983,7 +930,7 @@ threads = [1, 2]
         let mut spoiled = Vec::new();
         for attempt in 0.. {
             assert!(
-                wait_for_quiet_host(deadline),
+                wait_for_quiet_host(deadline, Duration::from_secs(5)),
                 "the host was never quiet for a whole run in 25 min (other processes' share of each attempt: {spoiled:?})"
             );
             let quiet = t.path().join(format!("quiet{attempt}"));

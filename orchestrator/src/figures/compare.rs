@@ -422,15 +422,7 @@ fn units(reps: &[Rep]) -> Vec<f64> {
     }
     by_boot
         .into_values()
-        .map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            let mid = v.len() / 2;
-            if v.len().is_multiple_of(2) {
-                (v[mid - 1] + v[mid]) / 2.0
-            } else {
-                v[mid]
-            }
-        })
+        .filter_map(|v| stats::median(&v))
         .collect()
 }
 
