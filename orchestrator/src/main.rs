@@ -422,6 +422,22 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             print!("{}", figures::claims::table(&rows));
             println!("claims in {}", run.join("claims.json").display());
             report_unknown(&unknown);
+            let busy = testbed::results::manifest::read(&run.join("manifest.json"))
+                .ok()
+                .and_then(|m| m.busy_host());
+            // Say so beside the verdicts a busy host can cause, so that an
+            // undecided claim is not read as a finding about the system.
+            let shaky = claims.iter().any(|c| {
+                matches!(
+                    c.verdict,
+                    figures::Verdict::DoesNotHold | figures::Verdict::Undecided
+                )
+            });
+            if let (Some(busy), true) = (&busy, shaky) {
+                println!(
+                    "this run: {busy}; a claim that did not hold or stayed undecided may be the host's noise: run it again on a quiet host (testbed run --rerun-noisy)"
+                );
+            }
             // A verdict is a finding about the run, not an error of the
             // check: "does not hold" and "undecided at this noise" exit 0,
             // unless a baseline makes the claims a gate.
@@ -429,9 +445,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 let before = figures::claims_of(&base, &defs)
                     .with_context(|| format!("the baseline {}", base.display()))?;
                 // A run measured on a busy host decides no loss.
-                let busy = testbed::results::manifest::read(&run.join("manifest.json"))
-                    .ok()
-                    .and_then(|m| m.busy_host());
                 let gate = figures::gate::against_baseline(&before, &claims, busy.as_deref());
                 print!("{}", gate.text());
                 if !gate.passes() {

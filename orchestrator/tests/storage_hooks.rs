@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::host_load::wait_for_quiet_host;
 
 /// One VM (or kernel build) at a time: two cores cannot host more.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -81,15 +85,22 @@ fn run_spec(name: &str) -> Run {
 }
 
 fn run_spec_at(path: &Path) -> Run {
+    run_spec_with(path, &[])
+}
+
+/// `testbed run` of the spec with more arguments; every point must pass.
+fn run_spec_with(path: &Path, args: &[&str]) -> Run {
     let name = path.display().to_string();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
-    let o = testbed(&[
+    let mut argv = vec![
         "run",
         path.to_str().unwrap(),
         "--out",
         dir.to_str().unwrap(),
-    ]);
+    ];
+    argv.extend_from_slice(args);
+    let o = testbed(&argv);
     assert!(o.status.success(), "{name}: {}", text(&o));
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
@@ -513,7 +524,35 @@ mod measures {
     fn fig1_share_grows_as_the_null_device_gets_faster() {
         let _g = serial();
         kernel("vm-hooks");
-        let run = run_spec("fig1-quick.toml");
+        // A run the testbed found busy (other users of a shared machine: once
+        // 2.4–4.0 % at 10 ms against 0.9–1.2 % on a quiet host) can leave the
+        // claim undecided, and says so; only such a run is made again.
+        let deadline = Instant::now() + Duration::from_secs(10 * 60);
+        let mut busy = Vec::new();
+        loop {
+            assert!(
+                wait_for_quiet_host(deadline, Duration::from_secs(2)),
+                "the host was never quiet in 10 min: {busy:#?}"
+            );
+            let run = run_spec_with(&spec("fig1-quick.toml"), &["--rerun-noisy"]);
+            let verdict = fig1_shape_and_verdict(&run);
+            if verdict
+                .lines()
+                .any(|l| l.starts_with("holds ") && l.contains("bpf-fig1"))
+            {
+                return;
+            }
+            let said_busy = verdict.lines().find(|l| l.contains("busy host"));
+            assert!(said_busy.is_some(), "{verdict}");
+            busy.push(verdict);
+            assert!(busy.len() < 3, "every attempt was busy: {busy:#?}");
+            eprintln!("== the run was busy; again");
+        }
+    }
+
+    /// Asserts the shares' order by point estimates and returns what
+    /// `testbed check` printed for the run.
+    fn fig1_shape_and_verdict(run: &Run) -> String {
         let mut share = BTreeMap::new();
         for p in run.points() {
             let device = p["params"]["device"].as_str().unwrap().to_string();
@@ -539,15 +578,8 @@ mod measures {
         // then a device that completes at once: the share must rise.
         assert!(share["null-10ms"] < share["null-1ms"], "{share:?}");
         assert!(share["null-1ms"] < share["null-0"], "{share:?}");
-        // Decided on its interval over the spec's three repetitions.
-        let o = testbed(&["check", run.dir.to_str().unwrap()]);
-        assert!(
-            text(&o)
-                .lines()
-                .any(|l| l.starts_with("holds ") && l.contains("bpf-fig1")),
-            "{}",
-            text(&o)
-        );
+        // Decided on its interval over the spec's five repetitions.
+        text(&testbed(&["check", run.dir.to_str().unwrap()]))
     }
 
     #[test]

@@ -1,3 +1,5 @@
 //! Helpers shared by test binaries (each includes this with `mod common;`).
 
+// Not every binary uses every helper.
+#[allow(dead_code)]
 pub mod host_load;
