@@ -3,3 +3,5 @@
 // Not every binary uses every helper.
 #[allow(dead_code)]
 pub mod host_load;
+#[allow(dead_code)]
+pub mod slurm;
