@@ -362,7 +362,10 @@ fn an_array_of_one_point_tasks_completes_and_collecting_again_changes_nothing() 
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
-    eprintln!("array run and collected after {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "array run and collected after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let m = json(&run.join("manifest.json"));
     assert_eq!(m["status"], "complete");
     let ids = point_ids(&run);
