@@ -49,6 +49,7 @@ pub(super) fn prepare(
     m.host = hostinfo::collect(&repo, qemu.as_deref());
     // The canary before the first boot; boots.rs times it again at the end.
     m.host.speed = Some(crate::calibrate::HostSpeed {
+        canary: crate::calibrate::CANARY.into(),
         start_ns_per_step: crate::calibrate::measure(crate::calibrate::PASSES),
         end_ns_per_step: Vec::new(),
     });
