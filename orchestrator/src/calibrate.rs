@@ -7,15 +7,19 @@
 //! noise.rs cannot see. So every run times a fixed piece of host work at
 //! its start and at its end — a dependent walk through a random cycle of
 //! 256 KiB, the kind of work (memory and branches) an emulated guest does —
-//! and `testbed compare` refuses to decide a change the host's own change
-//! could explain (MongoDB's performance CI runs canaries for the same
-//! reason).
+//! and `testbed show` and `testbed compare` print it (MongoDB's
+//! performance CI runs canaries for the same reason). It decides nothing
+//! yet: in CI on 2026-12-03 this walk read 4.9 ns a step in one run and
+//! 5.2, 6.3 and 7.3 ns in three runs minutes later, while the same
+//! device's A/A latencies stayed within 1.3 %. A canary that tracks what
+//! slows a TCG guest is still to be found.
 //!
 //! The cycle fits the core's own L2 cache. An 8 MiB one (the first canary)
 //! lived in the L3 that other tenants of a cloud host share: within
 //! seconds it read 13.5, 28 and 87 ns a step while QEMU's reads moved by
 //! under 3 %, and `compare` then called a 10 % slower device "host
-//! changed". The 256 KiB walk read 3.29–3.53 ns over the same minutes.
+//! changed". The 256 KiB walk read 3.29–3.53 ns over the same minutes
+//! (standalone; see above for what it did inside runs).
 
 use serde::{Deserialize, Serialize};
 

@@ -478,37 +478,52 @@ fn controller_reset_mid_chain(b: &mut Bench, flags: u32) -> Case {
         Ok(a) => a,
         Err(e) => return case(&name, false, e),
     };
-    let done = Arc::new(AtomicBool::new(false));
-    let resetter = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            // Let a few chains start first.
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            let t = Instant::now();
-            // Returns once the reset has finished (nvme_reset_ctrl_sync).
-            let r = std::fs::write(&attr, "1").map_err(|e| e.to_string());
-            done.store(true, Ordering::SeqCst);
-            (r, t.elapsed())
-        })
-    };
-    let started = Instant::now();
+    // A reset catches a chain only if one is in flight when it cancels the
+    // queues; one that lands between two chains catches none (seen once in
+    // CI: 10 chains, all ELOOP). So in NVMe mode reset again, at other
+    // delays, until one is caught: at most three resets.
     let mut outcomes: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut resets = Vec::new();
     let mut after_reset = 0;
-    while after_reset < 3 && started.elapsed() < std::time::Duration::from_secs(60) {
-        let o = b.run(&r);
-        let key = match o.result {
-            Ok(_) => "success".to_string(),
-            Err(e) => errno_name(e),
+    for delay_ms in [50, 20, 80] {
+        let done = Arc::new(AtomicBool::new(false));
+        let resetter = {
+            let done = done.clone();
+            let attr = attr.clone();
+            std::thread::spawn(move || {
+                // Let a few chains start first.
+                std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+                let t = Instant::now();
+                // Returns once the reset has finished (nvme_reset_ctrl_sync).
+                let r = std::fs::write(&attr, "1").map_err(|e| e.to_string());
+                done.store(true, Ordering::SeqCst);
+                (r, t.elapsed())
+            })
         };
-        *outcomes.entry(key).or_default() += 1;
-        if done.load(Ordering::SeqCst) {
-            after_reset += 1;
+        let started = Instant::now();
+        after_reset = 0;
+        while after_reset < 3 && started.elapsed() < std::time::Duration::from_secs(60) {
+            let o = b.run(&r);
+            let key = match o.result {
+                Ok(_) => "success".to_string(),
+                Err(e) => errno_name(e),
+            };
+            *outcomes.entry(key).or_default() += 1;
+            if done.load(Ordering::SeqCst) {
+                after_reset += 1;
+            }
+        }
+        match resetter.join() {
+            Ok(v) => resets.push(v),
+            Err(_) => return case(&name, false, "the resetting thread panicked".into()),
+        }
+        let caught = outcomes.contains_key("EIO");
+        if flags != CHAINED_READ_NVME || caught || resets.iter().any(|(r, _)| r.is_err()) {
+            break;
         }
     }
-    let (reset, took) = match resetter.join() {
-        Ok(v) => v,
-        Err(_) => return case(&name, false, "the resetting thread panicked".into()),
-    };
+    let reset: Result<(), String> = resets.iter().try_for_each(|(r, _)| r.clone());
+    let took: Vec<std::time::Duration> = resets.iter().map(|(_, t)| *t).collect();
     let allowed = |k: &str| k == "ELOOP" || k == "EIO";
     let only_allowed = outcomes.keys().all(|k| allowed(k));
     let caught = outcomes.get("EIO").copied().unwrap_or(0);
@@ -522,7 +537,8 @@ fn controller_reset_mid_chain(b: &mut Bench, flags: u32) -> Case {
         &name,
         passed,
         format!(
-            "reset {} in {took:?}; chains: {outcomes:?} (allowed: ELOOP, EIO{})",
+            "{} reset(s) {} in {took:?}; chains: {outcomes:?} (allowed: ELOOP, EIO{})",
+            took.len(),
             match &reset {
                 Ok(()) => "done".to_string(),
                 Err(e) => format!("failed: {e}"),
