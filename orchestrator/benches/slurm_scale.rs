@@ -12,7 +12,9 @@ use std::time::Instant;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::slurm::{cluster, fault_spec, json, point_ids, private_dir, task_spans, testbed, text};
+use common::slurm::{
+    cluster, json, point_ids, private_dir, run_one_point_tasks, task_spans, testbed, text,
+};
 
 fn main() {
     let tasks: usize = std::env::var("TESTBED_SLURM_TASKS")
@@ -27,28 +29,9 @@ fn main() {
     }
     let t = private_dir();
     let (_ct, c) = cluster(t.path());
-    let sizes: Vec<String> = (1..=tasks).map(|i| i.to_string()).collect();
-    let spec = fault_spec(
-        t.path(),
-        "slurm-scale",
-        "chunk = 1\ncpus = 1",
-        &format!("size = [{}]", sizes.join(", ")),
-        0.0,
-    );
-    let run = t.path().join("run");
     let started = Instant::now();
-    let o = testbed(
-        &c,
-        &[
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            run.to_str().unwrap(),
-            "--wait",
-        ],
-    );
+    let run = run_one_point_tasks(&c, t.path(), "slurm-scale", tasks);
     let makespan = started.elapsed().as_secs_f64();
-    assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json(&run.join("manifest.json"))["status"], "complete");
     assert_eq!(point_ids(&run).len(), tasks);
     // Per task: its testbed process's wall time (start-up, agent, storing)

@@ -22,7 +22,8 @@ use testbed::slurm::local::LocalSlurm;
 
 mod common;
 use common::slurm::{
-    cluster, cluster_with, fault_spec, json, point_ids, private_dir, task_spans, testbed, text,
+    cluster, cluster_with, fault_spec, json, point_ids, private_dir, run_one_point_tasks,
+    task_spans, testbed, text,
 };
 
 /// One cluster at a time: each test starts its own on this node.
@@ -342,26 +343,7 @@ fn an_array_of_one_point_tasks_completes_and_collecting_again_changes_nothing() 
     let started = Instant::now();
     let (_ct, c) = cluster(t.path());
     eprintln!("cluster up after {:.1} s", started.elapsed().as_secs_f64());
-    let sizes: Vec<String> = (1..=TASKS).map(|i| i.to_string()).collect();
-    let spec = fault_spec(
-        t.path(),
-        "slurm-many",
-        "chunk = 1\ncpus = 1",
-        &format!("size = [{}]", sizes.join(", ")),
-        0.0,
-    );
-    let run = t.path().join("run");
-    let o = testbed(
-        &c,
-        &[
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            run.to_str().unwrap(),
-            "--wait",
-        ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    let run = run_one_point_tasks(&c, t.path(), "slurm-many", TASKS);
     eprintln!(
         "array run and collected after {:.1} s",
         started.elapsed().as_secs_f64()

@@ -103,3 +103,30 @@ pub fn point_ids(run: &Path) -> Vec<String> {
     ids.sort();
     ids
 }
+
+/// An array of `tasks` one-point tasks (point k sends k samples, host
+/// executor, `cpus = 1`), run with `testbed run --wait` into `dir/run`;
+/// the run directory, once it succeeded.
+pub fn run_one_point_tasks(c: &LocalSlurm, dir: &Path, name: &str, tasks: usize) -> PathBuf {
+    let sizes: Vec<String> = (1..=tasks).map(|i| i.to_string()).collect();
+    let spec = fault_spec(
+        dir,
+        name,
+        "chunk = 1\ncpus = 1",
+        &format!("size = [{}]", sizes.join(", ")),
+        0.0,
+    );
+    let run = dir.join("run");
+    let o = testbed(
+        c,
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "--wait",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    run
+}
