@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use testbed_agent::protocol::DeviceRef;
 use testbed_agent::workload::{ParamError, Workload};
 
-use crate::spec::{DeviceKind, ExecutorKind, LoadedSpec, PathSeg, SpecError, TopologyKind};
+use crate::spec::{ExecutorKind, LoadedSpec, Origin, PathSeg, SpecError, TopologyKind};
 use crate::units::Size;
 
 /// Most threads (or jobs, or streams) one workload may start in the guest:
@@ -462,11 +462,11 @@ fn describe(params: &BTreeMap<String, toml::Value>) -> String {
 pub fn device_refs(loaded: &LoadedSpec) -> BTreeMap<String, DeviceRef> {
     let mut out = BTreeMap::new();
     for d in &loaded.spec.devices {
-        let size = match d.kind {
+        let size = match d.kind.def().origin() {
             // The real size is read from the controller at run time; until
             // then a passthrough device is not limited by the planner.
-            DeviceKind::Vfio => u64::MAX,
-            DeviceKind::Nvme | DeviceKind::VirtioBlk => d.size.map_or(0, |s| s.bytes()),
+            Origin::HostPci => u64::MAX,
+            Origin::Emulated => d.size.map_or(0, |s| s.bytes()),
         };
         let namespaces = d.namespaces.unwrap_or(1);
         for ns in 1..=namespaces {

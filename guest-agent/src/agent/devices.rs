@@ -12,8 +12,9 @@ pub struct FoundDevice {
     pub logical_block_size: u32,
 }
 
-/// Scans `<sys>/block` for NVMe namespaces and virtio disks. NVMe namespace
-/// N>1 of device "data" is called "data.nsN".
+/// Scans `<sys>/block` for disks with a serial, wherever their kind keeps
+/// it ([`serial_of`]), so a new device kind on the host needs nothing here.
+/// NVMe namespace N>1 of device "data" is called "data.nsN".
 pub fn discover(sys: &Path) -> BTreeMap<String, FoundDevice> {
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(sys.join("block")) else {
@@ -26,14 +27,7 @@ pub fn discover(sys: &Path) -> BTreeMap<String, FoundDevice> {
     names.sort();
     for dev in names {
         let base = sys.join("block").join(&dev);
-        let serial = if dev.starts_with("nvme") {
-            read_trim(&base.join("device/serial"))
-        } else if dev.starts_with("vd") {
-            read_trim(&base.join("serial"))
-        } else {
-            None
-        };
-        let Some(serial) = serial.filter(|s| !s.is_empty()) else {
+        let Some(serial) = serial_of(&base) else {
             continue;
         };
         let nsid = dev
@@ -62,6 +56,24 @@ pub fn discover(sys: &Path) -> BTreeMap<String, FoundDevice> {
         );
     }
     out
+}
+
+/// A disk's serial: an NVMe controller's (`device/serial`), a virtio-blk
+/// disk's (`serial`), or a SCSI disk's unit serial number page (VPD 0x80,
+/// `device/vpd_pg80`: a 4-byte header, then the serial).
+fn serial_of(base: &Path) -> Option<String> {
+    let plain = ["device/serial", "serial"]
+        .iter()
+        .find_map(|f| read_trim(&base.join(f)).filter(|s| !s.is_empty()));
+    plain.or_else(|| {
+        let page = std::fs::read(base.join("device/vpd_pg80")).ok()?;
+        let len = usize::from(u16::from_be_bytes([*page.get(2)?, *page.get(3)?]));
+        let body = page.get(4..(4 + len).min(page.len()))?;
+        let s = String::from_utf8_lossy(body)
+            .trim_matches(|c: char| c == '\0' || c.is_whitespace())
+            .to_string();
+        (page[1] == 0x80 && !s.is_empty()).then_some(s)
+    })
 }
 
 fn read_trim(p: &Path) -> Option<String> {
@@ -99,5 +111,25 @@ mod tests {
         assert_eq!(d["data"].logical_block_size, 4096);
         assert_eq!(d["data.ns2"].path, "/dev/nvme0n2");
         assert_eq!(d["cmp"].path, "/dev/vda");
+    }
+
+    #[test]
+    fn finds_a_scsi_disk_by_its_unit_serial_number_page() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        let mut page = vec![0x00, 0x80, 0x00, 0x08];
+        page.extend_from_slice(b"disk    ");
+        let p = r.join("block/sda/device/vpd_pg80");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, &page).unwrap();
+        put(r, "block/sda/size", "16\n");
+        // A page of another code is not a serial.
+        let p = r.join("block/sdb/device/vpd_pg80");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, [0x00, 0x83, 0x00, 0x02, b'x', b'y']).unwrap();
+        let d = discover(r);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d["disk"].path, "/dev/sda");
+        assert_eq!(d["disk"].size_bytes, 16 * 512);
     }
 }

@@ -20,7 +20,7 @@ use testbed_agent::protocol::DeviceRef;
 pub use self::sysfs::Host;
 use crate::hostinfo::human_bytes;
 use crate::qemu::argv::{Backing, QemuDevice};
-use crate::spec::{Backend, DeviceKind, DeviceSpec, HostCache};
+use crate::spec::{Backend, DeviceSpec, HostCache, Origin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -94,9 +94,9 @@ pub fn prepare(
     check_space(backing_growth(specs, dir), dir, free_bytes(dir)?)?;
     let mut out = Vec::new();
     for d in specs {
-        out.push(match d.kind {
-            DeviceKind::Vfio => check_passthrough(d, host)?.0,
-            DeviceKind::Nvme | DeviceKind::VirtioBlk => prepare_one(d, dir)?,
+        out.push(match d.kind.def().origin() {
+            Origin::HostPci => check_passthrough(d, host)?.0,
+            Origin::Emulated => prepare_one(d, dir)?,
         });
     }
     Ok(out)
@@ -125,7 +125,7 @@ pub fn check_passthrough(
     };
     let p = PreparedDevice {
         spec: d.clone(),
-        qemu: QemuDevice::Vfio { host: pci },
+        qemu: d.kind.def().qemu(d, vec![]),
         files: vec![],
         host_direct: true,
         note,
@@ -149,11 +149,7 @@ pub fn backing_growth(specs: &[DeviceSpec], dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     for d in specs {
-        let has_files = match d.kind {
-            DeviceKind::Vfio => false,
-            DeviceKind::Nvme | DeviceKind::VirtioBlk => d.backend == Backend::File,
-        };
-        if !has_files {
+        if !crate::spec::device_kinds::has_backing_files(d) {
             continue;
         }
         let size = d.size.map_or(0, |s| s.bytes());
@@ -237,41 +233,11 @@ fn prepare_one(d: &DeviceSpec, dir: &Path) -> Result<PreparedDevice, DeviceError
     }
     Ok(PreparedDevice {
         spec: d.clone(),
-        qemu: emulated(d, backings),
+        qemu: d.kind.def().qemu(d, backings),
         files,
         host_direct: host_direct && d.backend == Backend::File,
         note,
     })
-}
-
-/// The QEMU device of an emulated (nvme, virtio-blk) device.
-fn emulated(d: &DeviceSpec, mut backings: Vec<Backing>) -> QemuDevice {
-    match d.kind {
-        DeviceKind::Nvme => QemuDevice::Nvme {
-            serial: d.name.clone(),
-            namespaces: backings,
-            logical_block_size: d.logical_block_size,
-            queues: d.queues,
-        },
-        DeviceKind::VirtioBlk => QemuDevice::VirtioBlk {
-            serial: d.name.clone(),
-            backing: if backings.is_empty() {
-                Backing::Null {
-                    size: 0,
-                    latency_ns: 0,
-                }
-            } else {
-                backings.remove(0)
-            },
-            logical_block_size: d.logical_block_size,
-            queues: d.queues,
-        },
-        // prepare() and the dry run send a passthrough device to
-        // check_passthrough, never here; were one to come, this is its device.
-        DeviceKind::Vfio => QemuDevice::Vfio {
-            host: d.pci.clone().unwrap_or_default(),
-        },
-    }
 }
 
 /// What [`prepare`] would hand QEMU for an emulated device, creating
@@ -290,7 +256,7 @@ pub fn planned_emulated(d: &DeviceSpec, dir: &Path) -> QemuDevice {
             },
         })
         .collect();
-    emulated(d, backings)
+    d.kind.def().qemu(d, backings)
 }
 
 /// A sparse file of exactly `size` bytes; an existing one of that size is kept.
@@ -343,6 +309,7 @@ pub fn host_refs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::DeviceKind;
     use crate::units::Size;
 
     /// A passthrough device as a spec declares it.

@@ -14,7 +14,7 @@ use crate::plan::Point;
 use crate::progress::Event;
 use crate::qemu::accel::AccelDecision;
 use crate::qemu::argv::Accel;
-use crate::spec::DeviceKind;
+use crate::spec::Origin;
 
 const VFIO: &str = "vfio-pci";
 
@@ -308,7 +308,7 @@ pub fn bind_all(
     let mut bound = Bound::new(host, kernel);
     let wanted: Vec<_> = prepared
         .iter()
-        .filter(|p| p.spec.kind == DeviceKind::Vfio && p.spec.bind)
+        .filter(|p| p.spec.kind.def().origin() == Origin::HostPci && p.spec.bind)
         .collect();
     if wanted.is_empty() {
         return Ok(bound);
@@ -350,7 +350,10 @@ pub fn require_kvm(prepared: &[PreparedDevice], d: &AccelDecision) -> Result<(),
     if d.used == Accel::Kvm {
         return Ok(());
     }
-    match prepared.iter().find(|p| p.spec.kind == DeviceKind::Vfio) {
+    match prepared
+        .iter()
+        .find(|p| p.spec.kind.def().origin() == Origin::HostPci)
+    {
         Some(p) => Err(DeviceError::Refused {
             name: p.spec.name.clone(),
             reason: format!("passthrough needs KVM: {}", d.reasons.join("; ")),

@@ -42,6 +42,13 @@ pub enum QemuDevice {
     /// A guest root filesystem image: a read-only virtio disk the agent
     /// finds by its serial.
     RootImage { path: PathBuf, serial: String },
+    /// A device a kind spells out itself (`spec::device_kinds`): its
+    /// drives, each an id and a backing, then its `-device` values in
+    /// order (a controller before what sits on its bus).
+    Custom {
+        drives: Vec<(String, Backing)>,
+        devices: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -174,6 +181,15 @@ pub fn build_argv(c: &VmConfig) -> Vec<String> {
                 );
                 let dev = format!("virtio-blk-pci,drive={id},serial={serial}");
                 push(&["-drive", &drive, "-device", &dev]);
+            }
+            QemuDevice::Custom { drives, devices } => {
+                for (id, backing) in drives {
+                    let drive = drive_opts(id, backing);
+                    push(&["-drive", &drive]);
+                }
+                for dev in devices {
+                    push(&["-device", dev]);
+                }
             }
         }
     }

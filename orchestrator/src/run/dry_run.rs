@@ -15,7 +15,7 @@ use crate::devices::sysfs::{Host, Kernel, ROOT_ENV, Recorder, SysWrite};
 use crate::devices::{self, state};
 use crate::qemu::accel::AccelDecision;
 use crate::qemu::argv::{Accel, QemuDevice, VmConfig, build_argv, kernel_append};
-use crate::spec::{AccelChoice, DeviceKind, ExecutorKind, LoadedSpec};
+use crate::spec::{AccelChoice, ExecutorKind, LoadedSpec, Origin};
 use crate::{image, kernel, paths};
 
 /// Prints the dry run; [`RunError::DryRun`] when all is printed, else why
@@ -73,12 +73,12 @@ pub(super) fn report(
     let mut qemu_devices = Vec::new();
     let mut passthrough = Vec::new();
     for d in &spec.devices {
-        match d.kind {
-            DeviceKind::Nvme | DeviceKind::VirtioBlk => {
+        match d.kind.def().origin() {
+            Origin::Emulated => {
                 qemu_devices.push(devices::planned_emulated(d, &run_dir.join("devices")));
                 continue;
             }
-            DeviceKind::Vfio => {}
+            Origin::HostPci => {}
         }
         let (p, c) = devices::check_passthrough(d, host).map_err(refused)?;
         let _ = writeln!(

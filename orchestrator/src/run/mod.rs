@@ -193,9 +193,14 @@ pub(crate) fn run_checked(
     // Missing tools are named now, before a run directory or a build.
     crate::hosttools::preflight(&needs(spec, plan)).map_err(|e| RunError::Setup(e.to_string()))?;
     // The kernel too (fetched, built or found in the cache): a build that
-    // fails leaves no run directory behind.
+    // fails leaves no run directory behind; and what the devices and the workload need from it, so a refusal
+    // creates no backing file either.
     let kernel = match spec.experiment.executor {
-        ExecutorKind::Qemu => Some(vm::resolve_kernel(loaded, &paths::cache_root())?),
+        ExecutorKind::Qemu => {
+            let k = vm::resolve_kernel(loaded, &paths::cache_root())?;
+            vm::check_kernel_fits(loaded, &k)?;
+            Some(k)
+        }
         _ => None,
     };
     let prepare = |rd: &RunDir, m: &mut Manifest, progress: &mut dyn Progress| {

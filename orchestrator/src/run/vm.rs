@@ -119,17 +119,37 @@ fn guest_setup_files(
     Ok(files)
 }
 
-/// Modules for the root image and formatted devices (virtio_blk, ext4,
-/// overlay when the kernel has them as modules); a kernel that lacks one
-/// is refused here, before any boot.
+/// Modules for the devices' kinds (nvme, virtio_blk, …), the root image
+/// and formatted devices (virtio_blk, ext4, overlay) where the kernel has
+/// them as modules; a kernel that lacks one is refused here, before any
+/// boot, naming the device or the image.
 fn storage_modules(
     loaded: &LoadedSpec,
     kernel: &kernel::KernelArtifact,
 ) -> Result<Vec<String>, RunError> {
     let spec = &loaded.spec;
+    let mut modules: Vec<String> = Vec::new();
+    for (i, d) in spec.devices.iter().enumerate() {
+        let found =
+            image::kernel_needs::modules_for(kernel, d.kind.def().kernel_needs()).map_err(|e| {
+                RunError::Spec(loaded.error_at_path(
+                    &[
+                        crate::spec::PathSeg::Key("devices"),
+                        crate::spec::PathSeg::Index(i),
+                        crate::spec::PathSeg::Key("kind"),
+                    ],
+                    format!("device {:?} ({}): {e}", d.name, d.kind.name()),
+                ))
+            })?;
+        for m in found {
+            if !modules.contains(&m) {
+                modules.push(m);
+            }
+        }
+    }
     let formatted = spec.devices.iter().position(|d| d.filesystem.is_some());
     let needs = image::kernel_needs::needs(spec.image.name.is_some(), formatted.is_some());
-    image::kernel_needs::modules_for(kernel, &needs).map_err(|e| {
+    let found = image::kernel_needs::modules_for(kernel, &needs).map_err(|e| {
         RunError::Spec(match (&spec.image.name, formatted) {
             (None, Some(i)) => loaded.error_at_path(
                 &[
@@ -141,7 +161,26 @@ fn storage_modules(
             ),
             _ => loaded.error_at("image", Some("name"), e),
         })
-    })
+    })?;
+    for m in found {
+        if !modules.contains(&m) {
+            modules.push(m);
+        }
+    }
+    Ok(modules)
+}
+
+/// What the kernel must have, checked before a run directory exists: the
+/// options the workload's probes need built in, and the modules (or
+/// built-in drivers) of the devices, the image and formatted devices. A
+/// refusal names the option and the spec's field.
+pub(crate) fn check_kernel_fits(
+    loaded: &LoadedSpec,
+    kernel: &kernel::KernelArtifact,
+) -> Result<(), RunError> {
+    image::kernel_needs::check_built_in_for(kernel, &loaded.base_workload.needs().kernel_options)
+        .map_err(|e| RunError::Spec(loaded.error_at("workload", Some("kind"), e)))?;
+    storage_modules(loaded, kernel).map(|_| ())
 }
 
 pub(crate) fn build_shared_image(

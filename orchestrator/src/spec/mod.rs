@@ -12,6 +12,9 @@ use testbed_agent::workload::Workload;
 
 use crate::units::{Size, Span};
 
+pub mod device_kinds;
+pub use device_kinds::{DeviceKind, Origin};
+
 /// A spec file as written, minus the workload (kept raw until sweep points
 /// are applied to it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -300,17 +303,6 @@ impl Filesystem {
             Filesystem::Ext4 => "ext4",
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DeviceKind {
-    Nvme,
-    VirtioBlk,
-    /// A real NVMe controller passed through with vfio-pci, written
-    /// `kind = "passthrough"` (or `"vfio"`, its earlier name).
-    #[serde(rename = "passthrough", alias = "vfio")]
-    Vfio,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -691,70 +683,15 @@ fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
                 ),
             ));
         }
-        match d.kind {
-            DeviceKind::Vfio => {
-                if d.pci.is_none() {
-                    return Err(at(
-                        "pci",
-                        "a passthrough device must name its PCI address explicitly".into(),
-                    ));
-                }
-                if d.bind && spec.experiment.executor != ExecutorKind::Qemu {
-                    return Err(at(
-                        "bind",
-                        "bind = true rebinds a controller of this host for a VM: it needs executor = \"qemu\"".into(),
-                    ));
-                }
-                if d.size.is_some() {
-                    return Err(at(
-                        "size",
-                        "a passed-through device has its own size".into(),
-                    ));
-                }
-            }
-            DeviceKind::Nvme | DeviceKind::VirtioBlk => {
-                if d.pci.is_some() {
-                    return Err(at(
-                        "pci",
-                        "only passthrough devices take a PCI address".into(),
-                    ));
-                }
-                if d.bind {
-                    return Err(at(
-                        "bind",
-                        "only passthrough devices take bind (it rebinds a host PCI device)".into(),
-                    ));
-                }
-                let Some(size) = d.size else {
-                    return Err(at(
-                        "size",
-                        "an emulated device needs a size, e.g. size = \"256M\"".into(),
-                    ));
-                };
-                if size.bytes() == 0 || size.bytes() % u64::from(d.logical_block_size) != 0 {
-                    return Err(at(
-                        "size",
-                        format!(
-                            "{size} is not a positive multiple of the block size {}",
-                            d.logical_block_size
-                        ),
-                    ));
-                }
-            }
-        }
+        d.kind
+            .def()
+            .check(d, spec.experiment.executor)
+            .map_err(|(key, msg)| at(key, msg))?;
         if d.latency_ns.is_some() && d.backend != Backend::Null {
             return Err(at(
                 "latency_ns",
                 "only the null backend takes latency_ns".into(),
             ));
-        }
-        if let Some(ns) = d.namespaces {
-            if d.kind != DeviceKind::Nvme {
-                return Err(at("namespaces", "only nvme devices have namespaces".into()));
-            }
-            if !(1..=8).contains(&ns) {
-                return Err(at("namespaces", format!("{ns} must be between 1 and 8")));
-            }
         }
         if let Some(q) = d.queues
             && !(1..=64).contains(&q)
@@ -797,7 +734,7 @@ fn check_filesystem(loaded: &LoadedSpec, d: &DeviceSpec) -> Result<(), (&'static
         return Ok(());
     };
     // Only a device the testbed created may be formatted.
-    if d.kind == DeviceKind::Vfio {
+    if d.kind.def().origin() == Origin::HostPci {
         return Err((
             "filesystem",
             "a passed-through device is never formatted by the testbed: use an emulated one".into(),
