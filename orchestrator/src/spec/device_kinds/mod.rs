@@ -13,7 +13,7 @@
 //!
 //! The guest finds every kind the same way, by the serial (the device's
 //! name) its block device reports; the manifest records the `DeviceSpec`.
-//! `experiments/EXTENDING.md` walks through adding one.
+//! `experiments/EXTENDING.md` walks through adding one (virtio-scsi).
 
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +97,7 @@ device_kinds! {
     nvme::Nvme = "nvme",
     virtio_blk::VirtioBlk = "virtio-blk",
     passthrough::Vfio = "passthrough" or "vfio",
+    virtio_scsi::VirtioScsi = "virtio-scsi",
 }
 
 /// The checks every emulated device gets: no PCI address, no rebinding,
