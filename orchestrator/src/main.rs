@@ -1,6 +1,6 @@
 //! The `testbed` command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -33,42 +33,7 @@ enum Command {
         need: Vec<String>,
     },
     /// Run an experiment spec.
-    Run {
-        spec: PathBuf,
-        /// auto (probe KVM, else TCG), kvm (fail if unusable) or tcg.
-        #[arg(long)]
-        accel: Option<AccelChoice>,
-        /// The run directory (default results/<experiment>/<run-id>).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Continue an interrupted run, skipping finished points.
-        #[arg(long)]
-        resume: bool,
-        /// With --resume: continue even though the testbed version, the
-        /// agent or the kernel differ from the earlier attempt's (recorded
-        /// in the manifest).
-        #[arg(long, requires = "resume")]
-        force: bool,
-        /// Stop at the first failed point.
-        #[arg(long)]
-        fail_fast: bool,
-        /// Run again each point measured on a busy host (at most twice per
-        /// point; the earlier measurements stay in its record). With
-        /// --resume, also the noisy points of the earlier attempt.
-        #[arg(long)]
-        rerun_noisy: bool,
-        /// Where the points run: qemu, host or slurm (default: the spec's
-        /// experiment.executor).
-        #[arg(long)]
-        executor: Option<ExecutorKind>,
-        /// Print every sysfs write and the QEMU command line the run would
-        /// use, and do none of them.
-        #[arg(long)]
-        dry_run: bool,
-        /// Slurm executor: wait for the array to finish, then collect it.
-        #[arg(long)]
-        wait: bool,
-    },
+    Run(RunArgs),
     /// A run's state; for a Slurm run, each array task as Slurm and its
     /// run directory see it.
     Status { run: PathBuf },
@@ -128,30 +93,7 @@ enum Command {
     /// Change points of every value compare knows over a history of runs
     /// of one experiment: where each series stepped, the runs on either
     /// side, the segments' medians and the p-value.
-    History {
-        /// Run directories, oldest first; a directory holding run
-        /// directories stands for them, ordered by their start time.
-        #[arg(required = true)]
-        runs: Vec<PathBuf>,
-        #[arg(long)]
-        figures: Option<PathBuf>,
-        /// Print the history as JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Exit 1 when the newest run starts a new segment the worse way
-        /// (any way where the panel has no better direction).
-        #[arg(long)]
-        fail_on_change: bool,
-        /// The smallest change of the segment medians, in percent.
-        #[arg(long, default_value_t = 5.0)]
-        min_effect: f64,
-        /// The largest p-value (two-sided t-test of the segments) of a change point.
-        #[arg(long, default_value_t = 0.01)]
-        max_p: f64,
-        /// The fewest runs of a segment (the newest run may start one alone).
-        #[arg(long, default_value_t = 2)]
-        min_size: usize,
-    },
+    History(HistoryArgs),
     /// Run every spec a family or figure needs (resuming), then plot, check and report.
     Reproduce {
         /// A family (bpf-storage, flight, ...) or a figure id; default all.
@@ -239,6 +181,72 @@ enum KernelCommand {
     Show { name: String },
 }
 
+// `testbed run`'s arguments (the variant's doc is the command's help).
+#[derive(clap::Args)]
+struct RunArgs {
+    spec: PathBuf,
+    /// auto (probe KVM, else TCG), kvm (fail if unusable) or tcg.
+    #[arg(long)]
+    accel: Option<AccelChoice>,
+    /// The run directory (default results/<experiment>/<run-id>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue an interrupted run, skipping finished points.
+    #[arg(long)]
+    resume: bool,
+    /// With --resume: continue even though the testbed version, the
+    /// agent or the kernel differ from the earlier attempt's (recorded
+    /// in the manifest).
+    #[arg(long, requires = "resume")]
+    force: bool,
+    /// Stop at the first failed point.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Run again each point measured on a busy host (at most twice per
+    /// point; the earlier measurements stay in its record). With
+    /// --resume, also the noisy points of the earlier attempt.
+    #[arg(long)]
+    rerun_noisy: bool,
+    /// Where the points run: qemu, host or slurm (default: the spec's
+    /// experiment.executor).
+    #[arg(long)]
+    executor: Option<ExecutorKind>,
+    /// Print every sysfs write and the QEMU command line the run would
+    /// use, and do none of them.
+    #[arg(long)]
+    dry_run: bool,
+    /// Slurm executor: wait for the array to finish, then collect it.
+    #[arg(long)]
+    wait: bool,
+}
+
+// `testbed history`'s arguments.
+#[derive(clap::Args)]
+struct HistoryArgs {
+    /// Run directories, oldest first; a directory holding run
+    /// directories stands for them, ordered by their start time.
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    #[arg(long)]
+    figures: Option<PathBuf>,
+    /// Print the history as JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Exit 1 when the newest run starts a new segment the worse way
+    /// (any way where the panel has no better direction).
+    #[arg(long)]
+    fail_on_change: bool,
+    /// The smallest change of the segment medians, in percent.
+    #[arg(long, default_value_t = 5.0)]
+    min_effect: f64,
+    /// The largest p-value (two-sided t-test of the segments) of a change point.
+    #[arg(long, default_value_t = 0.01)]
+    max_p: f64,
+    /// The fewest runs of a segment (the newest run may start one alone).
+    #[arg(long, default_value_t = 2)]
+    min_size: usize,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The helpers' commands keep their own signal handling (flight serve
@@ -294,291 +302,48 @@ fn install_interrupt_handler() {
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     if matches!(cli.command, Command::Run { .. } | Command::Reproduce { .. }) {
-        // What a killed testbed left running goes before anything new starts.
-        for line in testbed::qemu::process::sweep_leftovers() {
-            eprintln!("[testbed] {line}");
-        }
-        let state_dir = testbed::devices::state::dir(&paths::cache_root());
-        let host = testbed::devices::Host::real();
-        for line in testbed::devices::passthrough::unrestored(&host, &state_dir) {
-            eprintln!("[testbed] warning: {line}");
-        }
+        sweep_leftovers();
     }
     match cli.command {
         Command::Doctor { need, .. } if !need.is_empty() => preflight(&need),
-        Command::Doctor { no_probe, .. } => {
-            let findings = doctor::diagnose(!no_probe);
-            print!("{}", doctor::render(&findings));
-            let failed = findings.iter().any(|f| f.level == doctor::Level::Fail);
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        Command::Run {
-            spec,
-            accel,
-            out,
-            resume,
-            force,
-            fail_fast,
-            rerun_noisy,
-            executor,
-            dry_run,
-            wait,
-        } => {
-            let opts = run::RunOptions {
-                accel,
-                out,
-                resume,
-                force,
-                fail_fast,
-                rerun_noisy,
-                results_root: None,
-                executor,
-                dry_run,
-                wait,
-                task: None,
-            };
-            let mut progress = progress::for_terminal();
-            let result = run::run(&spec, &opts, progress.as_mut());
-            drop(progress);
-            run_outcome(result, &spec.display().to_string())
-        }
-        Command::Status { run } => {
-            if testbed::slurm::array::ArrayDir::is_array(&run) {
-                print!("{}", testbed::slurm::status::render(&run)?);
-            } else {
-                print!("{}", show::show_run(&run)?);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Collect { run } => {
-            let mut progress = progress::for_terminal();
-            let result = testbed::slurm::collect::collect(&run, progress.as_mut());
-            drop(progress);
-            run_outcome(result, "SPEC")
-        }
-        Command::SlurmLocal { dir } => {
-            let cluster = testbed::slurm::local::LocalSlurm::start(&dir)?;
-            println!(
-                "one-node Slurm running ({} CPUs on node {}); in another shell:\n  export SLURM_CONF={}\nCtrl-C stops it",
-                cluster.cpus,
-                cluster.node,
-                cluster.conf.display()
-            );
-            while !executor::interrupted() {
-                std::thread::sleep(std::time::Duration::from_millis(200));
-            }
-            drop(cluster);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::SlurmTask { run, task } => {
-            let mut progress = progress::for_terminal();
-            let result = testbed::slurm::task::run(&run, task, progress.as_mut());
-            drop(progress);
-            run_outcome(result, &run.join("spec.toml").display().to_string())
-        }
-        Command::Validate { spec } => {
-            let (loaded, plan) = run::check_spec(&spec)?;
-            let defs = figures::def::load_all(&figures::def::default_dir())?;
-            let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs);
-            if !misfits.is_empty() {
-                anyhow::bail!("{}: {}", spec.display(), misfits.join("\n  "));
-            }
-            println!(
-                "{}: ok — experiment {}, {} points ({} sweep combinations × {} repetitions), executor {:?}",
-                spec.display(),
-                loaded.spec.experiment.name,
-                plan.points.len(),
-                plan.points.len() / loaded.spec.experiment.repetitions as usize,
-                loaded.spec.experiment.repetitions,
-                loaded.spec.experiment.executor
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Plot { run, figures } => {
-            let p = figures::plot_run(&run, &figure_defs(figures))?;
-            for f in &p.files {
-                println!("{}", f.display());
-            }
-            for (id, notes) in &p.notes {
-                for n in notes {
-                    println!("  {id}: {n}");
-                }
-            }
-            report_unknown(&p.unknown);
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Doctor { no_probe, .. } => doctor(no_probe),
+        Command::Run(args) => run_spec(args),
+        Command::Status { run } => status(&run),
+        Command::Collect { run } => collect(&run),
+        Command::SlurmLocal { dir } => slurm_local(&dir),
+        Command::SlurmTask { run, task } => slurm_task(&run, task),
+        Command::Validate { spec } => validate(&spec),
+        Command::Plot { run, figures } => plot(&run, figures),
         Command::Check {
             run,
             figures,
             baseline,
-        } => {
-            let defs = figure_defs(figures);
-            let (claims, unknown) = figures::check_run(&run, &defs)?;
-            let rows: Vec<(&str, &figures::ClaimResult)> = claims.iter().map(|c| ("", c)).collect();
-            print!("{}", figures::claims::table(&rows));
-            println!("claims in {}", run.join("claims.json").display());
-            report_unknown(&unknown);
-            let busy = testbed::results::manifest::read(&run.join("manifest.json"))
-                .ok()
-                .and_then(|m| m.busy_host());
-            // Say so beside the verdicts a busy host can cause, so that an
-            // undecided claim is not read as a finding about the system.
-            let shaky = claims.iter().any(|c| {
-                matches!(
-                    c.verdict,
-                    figures::Verdict::DoesNotHold | figures::Verdict::Undecided
-                )
-            });
-            if let (Some(busy), true) = (&busy, shaky) {
-                println!(
-                    "this run: {busy}; a claim that did not hold or stayed undecided may be the host's noise: run it again on a quiet host (testbed run --rerun-noisy)"
-                );
-            }
-            // A verdict is a finding about the run, not an error of the
-            // check: "does not hold" and "undecided at this noise" exit 0,
-            // unless a baseline makes the claims a gate.
-            if let Some(base) = baseline {
-                let before = figures::claims_of(&base, &defs)
-                    .with_context(|| format!("the baseline {}", base.display()))?;
-                // A run measured on a busy host decides no loss.
-                let gate = figures::gate::against_baseline(&before, &claims, busy.as_deref());
-                print!("{}", gate.text());
-                if !gate.passes() {
-                    return Ok(ExitCode::from(1));
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Report { run, figures } => {
-            let out = figures::report_run(&run, &figure_defs(figures))?;
-            println!("{}", out.display());
-            Ok(ExitCode::SUCCESS)
-        }
+        } => check(&run, figures, baseline),
+        Command::Report { run, figures } => report(&run, figures),
         Command::Compare {
             run_a,
             run_b,
             figures,
             fail_on_regression,
             min_effect,
-        } => {
-            if !(min_effect.is_finite() && min_effect >= 0.0) {
-                anyhow::bail!("--min-effect {min_effect}: a percentage ≥ 0, such as 5");
-            }
-            let defs = figures::def::load_all(&figure_defs(figures))?;
-            let c = figures::compare::compare(&run_a, &run_b, &defs, min_effect / 100.0)?;
-            print!("{}", figures::compare::render(&c));
-            Ok(if fail_on_regression && c.regressions() > 0 {
-                ExitCode::from(4)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        Command::History {
-            runs,
-            figures,
-            json,
-            fail_on_change,
-            min_effect,
-            max_p,
-            min_size,
-        } => {
-            if !(min_effect.is_finite() && min_effect >= 0.0) {
-                anyhow::bail!("--min-effect {min_effect}: a percentage ≥ 0, such as 5");
-            }
-            if !(max_p > 0.0 && max_p <= 1.0) {
-                anyhow::bail!("--max-p {max_p}: a p-value in (0, 1], such as 0.01");
-            }
-            if min_size == 0 {
-                anyhow::bail!("--min-size 0: a segment has at least one run");
-            }
-            let defs = figures::def::load_all(&figure_defs(figures))?;
-            let dirs = figures::history::run_dirs(&runs)?;
-            let cfg = figures::changepoint::Config {
-                max_p,
-                min_effect: min_effect / 100.0,
-                min_size,
-            };
-            let h = figures::history::history(&dirs, &defs, &cfg)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&h)?);
-            } else {
-                print!("{}", figures::history::render(&h));
-            }
-            Ok(if fail_on_change && h.newest_fails() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        } => compare(&run_a, &run_b, figures, fail_on_regression, min_effect),
+        Command::History(args) => history(args),
         Command::Reproduce {
             target,
             quick,
             accel,
         } => reproduce(target, quick, accel),
-        Command::List { dir } => {
-            let dir = if dir.is_relative() && !dir.exists() {
-                paths::repo_root().join(&dir)
-            } else {
-                dir
-            };
-            print!("{}", show::list_specs(&dir));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Upgrade { runs } => {
-            for run in runs {
-                match testbed::results::upgrade::upgrade(&run)? {
-                    testbed::results::upgrade::Outcome::AlreadyTidy => {
-                        println!("{}: already in the tidy layout", run.display());
-                    }
-                    testbed::results::upgrade::Outcome::Upgraded {
-                        raw_rows,
-                        summary_rows,
-                    } => println!(
-                        "{}: {raw_rows} raw rows, {summary_rows} summary rows (old files in legacy/)",
-                        run.display()
-                    ),
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::List { dir } => list(dir),
+        Command::Upgrade { runs } => upgrade(&runs),
         Command::Show { run } => {
             print!("{}", show::show_run(&run)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Kernel { command } => kernel_command(command),
-        Command::Image { command } => {
-            print!(
-                "{}",
-                match command {
-                    ImageCommand::Build { name } => testbed::image::cli::build(&name)?,
-                    ImageCommand::List => testbed::image::cli::list()?,
-                }
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Image { command } => image_command(command),
         Command::Passthrough {
             command: PassthroughCommand::Restore { pci, force },
-        } => {
-            let r = testbed::devices::passthrough::restore_from_state(
-                &testbed::devices::Host::real(),
-                &mut testbed::devices::sysfs::RealKernel,
-                &testbed::devices::state::dir(&paths::cache_root()),
-                pci.as_deref(),
-                force,
-            );
-            for l in &r.lines {
-                println!("{l}");
-            }
-            Ok(if r.failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        } => passthrough_restore(pci.as_deref(), force),
         Command::Flight(command) => {
             testbed_flight::run_command(command)?;
             Ok(ExitCode::SUCCESS)
@@ -588,6 +353,278 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// What a killed testbed left running (QEMU processes, passthrough
+/// bindings) is named and cleaned before anything new starts.
+fn sweep_leftovers() {
+    for line in testbed::qemu::process::sweep_leftovers() {
+        eprintln!("[testbed] {line}");
+    }
+    let state_dir = testbed::devices::state::dir(&paths::cache_root());
+    let host = testbed::devices::Host::real();
+    for line in testbed::devices::passthrough::unrestored(&host, &state_dir) {
+        eprintln!("[testbed] warning: {line}");
+    }
+}
+
+fn exit_failure_if(failed: bool) -> ExitCode {
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn doctor(no_probe: bool) -> Result<ExitCode> {
+    let findings = doctor::diagnose(!no_probe);
+    print!("{}", doctor::render(&findings));
+    Ok(exit_failure_if(
+        findings.iter().any(|f| f.level == doctor::Level::Fail),
+    ))
+}
+
+fn run_spec(a: RunArgs) -> Result<ExitCode> {
+    let opts = run::RunOptions {
+        accel: a.accel,
+        out: a.out,
+        resume: a.resume,
+        force: a.force,
+        fail_fast: a.fail_fast,
+        rerun_noisy: a.rerun_noisy,
+        results_root: None,
+        executor: a.executor,
+        dry_run: a.dry_run,
+        wait: a.wait,
+        task: None,
+    };
+    let mut progress = progress::for_terminal();
+    let result = run::run(&a.spec, &opts, progress.as_mut());
+    drop(progress);
+    run_outcome(result, &a.spec.display().to_string())
+}
+
+fn status(run: &Path) -> Result<ExitCode> {
+    if testbed::slurm::array::ArrayDir::is_array(run) {
+        print!("{}", testbed::slurm::status::render(run)?);
+    } else {
+        print!("{}", show::show_run(run)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn collect(run: &Path) -> Result<ExitCode> {
+    let mut progress = progress::for_terminal();
+    let result = testbed::slurm::collect::collect(run, progress.as_mut());
+    drop(progress);
+    run_outcome(result, "SPEC")
+}
+
+fn slurm_local(dir: &Path) -> Result<ExitCode> {
+    let cluster = testbed::slurm::local::LocalSlurm::start(dir)?;
+    println!(
+        "one-node Slurm running ({} CPUs on node {}); in another shell:\n  export SLURM_CONF={}\nCtrl-C stops it",
+        cluster.cpus,
+        cluster.node,
+        cluster.conf.display()
+    );
+    while !executor::interrupted() {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    drop(cluster);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn slurm_task(run: &Path, task: Option<u32>) -> Result<ExitCode> {
+    let mut progress = progress::for_terminal();
+    let result = testbed::slurm::task::run(run, task, progress.as_mut());
+    drop(progress);
+    run_outcome(result, &run.join("spec.toml").display().to_string())
+}
+
+fn validate(spec: &Path) -> Result<ExitCode> {
+    let (loaded, plan) = run::check_spec(spec)?;
+    let defs = figures::def::load_all(&figures::def::default_dir())?;
+    let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs);
+    if !misfits.is_empty() {
+        anyhow::bail!("{}: {}", spec.display(), misfits.join("\n  "));
+    }
+    let e = &loaded.spec.experiment;
+    println!(
+        "{}: ok — experiment {}, {} points ({} sweep combinations × {} repetitions), executor {:?}",
+        spec.display(),
+        e.name,
+        plan.points.len(),
+        plan.points.len() / e.repetitions as usize,
+        e.repetitions,
+        e.executor
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plot(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
+    let p = figures::plot_run(run, &figure_defs(figures))?;
+    for f in &p.files {
+        println!("{}", f.display());
+    }
+    for (id, notes) in &p.notes {
+        for n in notes {
+            println!("  {id}: {n}");
+        }
+    }
+    report_unknown(&p.unknown);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(run: &Path, figures: Option<PathBuf>, baseline: Option<PathBuf>) -> Result<ExitCode> {
+    let defs = figure_defs(figures);
+    let (claims, unknown) = figures::check_run(run, &defs)?;
+    let rows: Vec<(&str, &figures::ClaimResult)> = claims.iter().map(|c| ("", c)).collect();
+    print!("{}", figures::claims::table(&rows));
+    println!("claims in {}", run.join("claims.json").display());
+    report_unknown(&unknown);
+    let busy = testbed::results::manifest::read(&run.join("manifest.json"))
+        .ok()
+        .and_then(|m| m.busy_host());
+    // Say so beside the verdicts a busy host can cause, so that an
+    // undecided claim is not read as a finding about the system.
+    let shaky = claims.iter().any(|c| {
+        matches!(
+            c.verdict,
+            figures::Verdict::DoesNotHold | figures::Verdict::Undecided
+        )
+    });
+    if let (Some(busy), true) = (&busy, shaky) {
+        println!(
+            "this run: {busy}; a claim that did not hold or stayed undecided may be the host's noise: run it again on a quiet host (testbed run --rerun-noisy)"
+        );
+    }
+    // A verdict is a finding about the run, not an error of the
+    // check: "does not hold" and "undecided at this noise" exit 0,
+    // unless a baseline makes the claims a gate.
+    if let Some(base) = baseline {
+        let before = figures::claims_of(&base, &defs)
+            .with_context(|| format!("the baseline {}", base.display()))?;
+        // A run measured on a busy host decides no loss.
+        let gate = figures::gate::against_baseline(&before, &claims, busy.as_deref());
+        print!("{}", gate.text());
+        if !gate.passes() {
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
+    let out = figures::report_run(run, &figure_defs(figures))?;
+    println!("{}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--min-effect` in percent: finite and not negative.
+fn check_min_effect(min_effect: f64) -> Result<()> {
+    if !(min_effect.is_finite() && min_effect >= 0.0) {
+        anyhow::bail!("--min-effect {min_effect}: a percentage ≥ 0, such as 5");
+    }
+    Ok(())
+}
+
+fn compare(
+    run_a: &Path,
+    run_b: &Path,
+    figures: Option<PathBuf>,
+    fail_on_regression: bool,
+    min_effect: f64,
+) -> Result<ExitCode> {
+    check_min_effect(min_effect)?;
+    let defs = figures::def::load_all(&figure_defs(figures))?;
+    let c = figures::compare::compare(run_a, run_b, &defs, min_effect / 100.0)?;
+    print!("{}", figures::compare::render(&c));
+    Ok(if fail_on_regression && c.regressions() > 0 {
+        ExitCode::from(4)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn history(a: HistoryArgs) -> Result<ExitCode> {
+    check_min_effect(a.min_effect)?;
+    if !(a.max_p > 0.0 && a.max_p <= 1.0) {
+        anyhow::bail!("--max-p {}: a p-value in (0, 1], such as 0.01", a.max_p);
+    }
+    if a.min_size == 0 {
+        anyhow::bail!("--min-size 0: a segment has at least one run");
+    }
+    let defs = figures::def::load_all(&figure_defs(a.figures))?;
+    let dirs = figures::history::run_dirs(&a.runs)?;
+    let cfg = figures::changepoint::Config {
+        max_p: a.max_p,
+        min_effect: a.min_effect / 100.0,
+        min_size: a.min_size,
+    };
+    let h = figures::history::history(&dirs, &defs, &cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&h)?);
+    } else {
+        print!("{}", figures::history::render(&h));
+    }
+    Ok(if a.fail_on_change && h.newest_fails() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn list(dir: PathBuf) -> Result<ExitCode> {
+    let dir = if dir.is_relative() && !dir.exists() {
+        paths::repo_root().join(&dir)
+    } else {
+        dir
+    };
+    print!("{}", show::list_specs(&dir));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn upgrade(runs: &[PathBuf]) -> Result<ExitCode> {
+    use testbed::results::upgrade::{Outcome, upgrade};
+    for run in runs {
+        match upgrade(run)? {
+            Outcome::AlreadyTidy => println!("{}: already in the tidy layout", run.display()),
+            Outcome::Upgraded {
+                raw_rows,
+                summary_rows,
+            } => println!(
+                "{}: {raw_rows} raw rows, {summary_rows} summary rows (old files in legacy/)",
+                run.display()
+            ),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn image_command(command: ImageCommand) -> Result<ExitCode> {
+    print!(
+        "{}",
+        match command {
+            ImageCommand::Build { name } => testbed::image::cli::build(&name)?,
+            ImageCommand::List => testbed::image::cli::list()?,
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn passthrough_restore(pci: Option<&str>, force: bool) -> Result<ExitCode> {
+    let r = testbed::devices::passthrough::restore_from_state(
+        &testbed::devices::Host::real(),
+        &mut testbed::devices::sysfs::RealKernel,
+        &testbed::devices::state::dir(&paths::cache_root()),
+        pci,
+        force,
+    );
+    for l in &r.lines {
+        println!("{l}");
+    }
+    Ok(exit_failure_if(r.failed))
 }
 
 fn figure_defs(dir: Option<PathBuf>) -> PathBuf {
