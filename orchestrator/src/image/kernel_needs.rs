@@ -43,6 +43,22 @@ pub fn needs(root_image: bool, formatted_devices: bool) -> Vec<Need> {
     }
 }
 
+/// A kernel that lacks what a run needs from it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelNeedError {
+    /// An option is off (or a module where it must be built in).
+    #[error("kernel {kernel} lacks {option}, needed for {why}: build a kernel with {option}={fix}")]
+    Lacks {
+        kernel: String,
+        option: String,
+        why: String,
+        /// What to set it to: "y (or =m)", or "y (e.g. kernel.name = …)".
+        fix: &'static str,
+    },
+    #[error("kernel {kernel} has no .config in its cache, so its options cannot be checked")]
+    NoConfig { kernel: String },
+}
+
 /// `CONFIG_X=value` lines of a .config.
 fn parse_config(text: &str) -> BTreeMap<&str, &str> {
     text.lines()
@@ -57,7 +73,7 @@ pub fn modules_for_config(
     kernel_name: &str,
     config: &str,
     needs: &[Need],
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, KernelNeedError> {
     let cfg = parse_config(config);
     let mut modules = Vec::new();
     for n in needs {
@@ -65,10 +81,12 @@ pub fn modules_for_config(
             Some("y") => {}
             Some("m") => modules.push(n.module.to_string()),
             _ => {
-                return Err(format!(
-                    "kernel {kernel_name} lacks {}, needed for {}: build a kernel with {}=y (or =m)",
-                    n.option, n.why, n.option
-                ));
+                return Err(KernelNeedError::Lacks {
+                    kernel: kernel_name.to_string(),
+                    option: n.option.to_string(),
+                    why: n.why.to_string(),
+                    fix: "y (or =m)",
+                });
             }
         }
     }
@@ -78,7 +96,10 @@ pub fn modules_for_config(
 /// As [`modules_for_config`], reading the kernel's cached `.config`; a
 /// kernel without one (never the case for the testbed's kernels) gets the
 /// modules, and module resolution says what is missing.
-pub fn modules_for(kernel: &KernelArtifact, needs: &[Need]) -> Result<Vec<String>, String> {
+pub fn modules_for(
+    kernel: &KernelArtifact,
+    needs: &[Need],
+) -> Result<Vec<String>, KernelNeedError> {
     let config = kernel
         .dir()
         .map(|d| d.join("config"))
@@ -96,22 +117,28 @@ pub fn check_built_in(
     kernel_name: &str,
     config: &str,
     options: &[(&str, &str)],
-) -> Result<(), String> {
+) -> Result<(), KernelNeedError> {
     let cfg = parse_config(config);
     match options
         .iter()
         .find(|(o, _)| cfg.get(o).copied() != Some("y"))
     {
         None => Ok(()),
-        Some((option, why)) => Err(format!(
-            "kernel {kernel_name} lacks {option}, needed for {why}: build a kernel with {option}=y (e.g. kernel.name = \"vm-hooks\")"
-        )),
+        Some((option, why)) => Err(KernelNeedError::Lacks {
+            kernel: kernel_name.to_string(),
+            option: option.to_string(),
+            why: why.to_string(),
+            fix: "y (e.g. kernel.name = \"vm-hooks\")",
+        }),
     }
 }
 
 /// As [`check_built_in`], on the kernel's cached `.config`; a kernel
 /// without one is refused too, since nothing else says what it has.
-pub fn check_built_in_for(kernel: &KernelArtifact, options: &[(&str, &str)]) -> Result<(), String> {
+pub fn check_built_in_for(
+    kernel: &KernelArtifact,
+    options: &[(&str, &str)],
+) -> Result<(), KernelNeedError> {
     if options.is_empty() {
         return Ok(());
     }
@@ -119,11 +146,8 @@ pub fn check_built_in_for(kernel: &KernelArtifact, options: &[(&str, &str)]) -> 
         .dir()
         .map(|d| d.join("config"))
         .and_then(|p| std::fs::read_to_string(p).ok())
-        .ok_or_else(|| {
-            format!(
-                "kernel {} has no .config in its cache, so its options cannot be checked",
-                kernel.name
-            )
+        .ok_or_else(|| KernelNeedError::NoConfig {
+            kernel: kernel.name.clone(),
         })?;
     check_built_in(&kernel.name, &config, options)
 }
@@ -145,13 +169,15 @@ mod tests {
             "CONFIG_KPROBES=y\n# CONFIG_DEBUG_INFO_BTF is not set\n",
             &opts,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("kernel k lacks CONFIG_DEBUG_INFO_BTF, needed for BTF"),
             "{e}"
         );
-        let e =
-            check_built_in("k", "CONFIG_KPROBES=m\nCONFIG_DEBUG_INFO_BTF=y\n", &opts).unwrap_err();
+        let e = check_built_in("k", "CONFIG_KPROBES=m\nCONFIG_DEBUG_INFO_BTF=y\n", &opts)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("CONFIG_KPROBES"), "{e}");
     }
 
@@ -173,7 +199,9 @@ mod tests {
         )
         .unwrap();
         let cfg = format!("{fragment}\n# CONFIG_OVERLAY_FS is not set\n");
-        let e = modules_for_config("vm-base", &cfg, &needs(true, false)).unwrap_err();
+        let e = modules_for_config("vm-base", &cfg, &needs(true, false))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("kernel vm-base lacks CONFIG_OVERLAY_FS"), "{e}");
         // A formatted device alone needs only ext4, which it has.
         assert_eq!(

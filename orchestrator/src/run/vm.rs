@@ -157,9 +157,9 @@ fn storage_modules(
                     crate::spec::PathSeg::Index(i),
                     crate::spec::PathSeg::Key("filesystem"),
                 ],
-                e,
+                e.to_string(),
             ),
-            _ => loaded.error_at("image", Some("name"), e),
+            _ => loaded.error_at("image", Some("name"), e.to_string()),
         })
     })?;
     for m in found {
@@ -179,7 +179,7 @@ pub(crate) fn check_kernel_fits(
     kernel: &kernel::KernelArtifact,
 ) -> Result<(), RunError> {
     image::kernel_needs::check_built_in_for(kernel, &loaded.base_workload.needs().kernel_options)
-        .map_err(|e| RunError::Spec(loaded.error_at("workload", Some("kind"), e)))?;
+        .map_err(|e| RunError::Spec(loaded.error_at("workload", Some("kind"), e.to_string())))?;
     storage_modules(loaded, kernel).map(|_| ())
 }
 
@@ -207,7 +207,7 @@ pub(crate) fn build_shared_image(
     };
     // Before anything is built: the workload's probes need these options.
     image::kernel_needs::check_built_in_for(kernel, &loaded.base_workload.needs().kernel_options)
-        .map_err(|e| RunError::Spec(loaded.error_at("workload", Some("kind"), e)))?;
+        .map_err(|e| RunError::Spec(loaded.error_at("workload", Some("kind"), e.to_string())))?;
     let rootfs = match &spec.image.name {
         Some(name) => Some(root_image(loaded, name, cache, progress)?),
         None => None,
