@@ -87,7 +87,7 @@ pub fn check_not_taken(state_dir: &Path, name: &str, pci: &str) -> Result<(), De
             o.pid,
             o.restore_command()
         ),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     Err(DeviceError::Passthrough {
         name: name.to_string(),
@@ -439,7 +439,7 @@ pub fn restore_from_state(
     }
     for (path, s) in files {
         let line = match s {
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
             Ok(s) if s.owner_alive() && !force => Err(format!(
                 "passthrough {}: testbed pid {} still runs with it (run {}); stop it, or --force",
                 s.pci,

@@ -60,14 +60,34 @@ pub fn write(dir: &Path, s: &State) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-pub fn read(path: &Path) -> Result<State, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a passthrough state file: {e}", path.display()))
+/// A state file that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a passthrough state file: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+pub fn read(path: &Path) -> Result<State, StateFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| StateFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| StateFileError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Every state file in `dir`, sorted by name, with what it says.
-pub fn list(dir: &Path) -> Vec<(PathBuf, Result<State, String>)> {
+pub fn list(dir: &Path) -> Vec<(PathBuf, Result<State, StateFileError>)> {
     super::sysfs::entries(dir)
         .into_iter()
         .filter(|n| n.ends_with(".json"))

@@ -12,6 +12,27 @@ use crate::lock::{self, Lock, LockError, Mode};
 /// or resuming the run.
 pub const LOCK_FILE: &str = ".lock";
 
+/// Why a finished point's samples cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum DamagedSamples {
+    #[error("{}: {source}", path.display())]
+    Missing {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a readable parquet file ({source})", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{}: holds {rows} rows, its record says {recorded}", path.display())]
+    RowCount {
+        path: PathBuf,
+        rows: i64,
+        recorded: usize,
+    },
+}
+
 pub struct RunDir {
     pub root: PathBuf,
 }
@@ -57,21 +78,27 @@ impl RunDir {
     /// Why a finished point's samples cannot be trusted: the file is
     /// missing, unreadable (its footer is read), or holds another number of
     /// rows than its record says. Failed points have no samples to check.
-    pub fn check_point(&self, rec: &PointRecord) -> Result<(), String> {
+    pub fn check_point(&self, rec: &PointRecord) -> Result<(), DamagedSamples> {
         if !rec.ok {
             return Ok(());
         }
         let path = self.point_samples(&rec.id);
-        let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let reader = SerializedFileReader::new(file)
-            .map_err(|e| format!("{}: not a readable parquet file ({e})", path.display()))?;
+        let file = std::fs::File::open(&path).map_err(|source| DamagedSamples::Missing {
+            path: path.clone(),
+            source,
+        })?;
+        let reader =
+            SerializedFileReader::new(file).map_err(|source| DamagedSamples::Unreadable {
+                path: path.clone(),
+                source,
+            })?;
         let rows = reader.metadata().file_metadata().num_rows();
         if usize::try_from(rows).ok() != Some(rec.samples) {
-            return Err(format!(
-                "{}: holds {rows} rows, its record says {}",
-                path.display(),
-                rec.samples
-            ));
+            return Err(DamagedSamples::RowCount {
+                path,
+                rows,
+                recorded: rec.samples,
+            });
         }
         Ok(())
     }
@@ -123,26 +150,6 @@ impl RunDir {
             .filter_map(|e| log_boot_index(&e.file_name().to_string_lossy()))
             .map(|i| i.saturating_add(1))
             .fold(at_least, u32::max)
-    }
-
-    /// Records of points written so far (done or failed), by id. The record
-    /// is written after the samples, so a record means the samples are whole.
-    pub fn records(&self) -> Result<BTreeMap<String, PointRecord>, String> {
-        let mut out = BTreeMap::new();
-        let Ok(entries) = std::fs::read_dir(self.points_dir()) else {
-            return Ok(out);
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.extension().is_some_and(|x| x == "json") {
-                let text =
-                    std::fs::read_to_string(&p).map_err(|err| format!("{}: {err}", p.display()))?;
-                let rec: PointRecord = serde_json::from_str(&text)
-                    .map_err(|err| format!("{}: corrupt point record: {err}", p.display()))?;
-                out.insert(rec.id.clone(), rec);
-            }
-        }
-        Ok(out)
     }
 }
 

@@ -80,7 +80,7 @@ pub(crate) fn begin(
     previous.retain(|id, rec| match rd.check_point(rec) {
         Ok(()) => true,
         Err(why) => {
-            rerun.push((id.clone(), why));
+            rerun.push((id.clone(), why.to_string()));
             false
         }
     });
