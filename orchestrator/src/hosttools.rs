@@ -124,8 +124,23 @@ pub fn table() -> Result<Vec<Tool>, TableError> {
     parse(TABLE)
 }
 
-/// Where a tool is found, or why not.
-pub fn locate(tool: &str) -> Result<String, String> {
+/// Why a tool was not found.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolNotFound {
+    #[error("not found")]
+    NoProgram,
+    #[error("{python}: {source}")]
+    NoPython {
+        python: String,
+        source: std::io::Error,
+    },
+    #[error("{python} cannot import {module}")]
+    NoModule { python: String, module: String },
+}
+
+/// Where a tool is found (a path, or a Python module and its version), or
+/// why not.
+pub fn locate(tool: &str) -> Result<String, ToolNotFound> {
     if let Some(module) = tool.strip_prefix("py:") {
         let python = std::env::var("TESTBED_PYTHON").unwrap_or_else(|_| "python3".into());
         let out = Command::new(&python)
@@ -133,20 +148,26 @@ pub fn locate(tool: &str) -> Result<String, String> {
                 "-c",
                 &format!("import {module}; print({module}.__version__)"),
             ])
-            .output()
-            .map_err(|e| format!("{python}: {e}"))?;
+            .output();
+        let out = match out {
+            Ok(out) => out,
+            Err(source) => return Err(ToolNotFound::NoPython { python, source }),
+        };
         return if out.status.success() {
             Ok(format!(
                 "{module} {}",
                 String::from_utf8_lossy(&out.stdout).trim()
             ))
         } else {
-            Err(format!("{python} cannot import {module}"))
+            Err(ToolNotFound::NoModule {
+                python,
+                module: module.to_string(),
+            })
         };
     }
     find_program(tool)
         .map(|p| p.display().to_string())
-        .ok_or_else(|| "not found".into())
+        .ok_or(ToolNotFound::NoProgram)
 }
 
 /// The tools of some steps that are absent, each once.
