@@ -121,8 +121,9 @@ fn guest_setup_files(
 
 /// Modules for the devices' kinds (nvme, virtio_blk, …), the root image
 /// and formatted devices (virtio_blk, ext4, overlay) where the kernel has
-/// them as modules; a kernel that lacks one is refused here, before any
-/// boot, naming the device or the image.
+/// them as modules, possibly more than once (the caller adds each once);
+/// a kernel that lacks one is refused here, before any boot, naming the
+/// device or the image.
 fn storage_modules(
     loaded: &LoadedSpec,
     kernel: &kernel::KernelArtifact,
@@ -141,11 +142,7 @@ fn storage_modules(
                     format!("device {:?} ({}): {e}", d.name, d.kind.name()),
                 ))
             })?;
-        for m in found {
-            if !modules.contains(&m) {
-                modules.push(m);
-            }
-        }
+        modules.extend(found);
     }
     let formatted = spec.devices.iter().position(|d| d.filesystem.is_some());
     let needs = image::kernel_needs::needs(spec.image.name.is_some(), formatted.is_some());
@@ -162,11 +159,7 @@ fn storage_modules(
             _ => loaded.error_at("image", Some("name"), e.to_string()),
         })
     })?;
-    for m in found {
-        if !modules.contains(&m) {
-            modules.push(m);
-        }
-    }
+    modules.extend(found);
     Ok(modules)
 }
 
