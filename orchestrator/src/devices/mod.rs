@@ -24,8 +24,16 @@ use crate::spec::{Backend, DeviceSpec, HostCache, Origin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("device {name:?}: {reason}")]
-    Refused { name: String, reason: String },
+    #[error("device {name:?}: passthrough of {pci} refused: {reason}")]
+    Refused {
+        name: String,
+        pci: String,
+        /// Boxed: the largest refusal would make every DeviceError large.
+        reason: Box<checks::Refusal>,
+    },
+    /// Passthrough needs KVM, and the accelerator decided is not KVM.
+    #[error("device {name:?}: passthrough needs KVM: {why}")]
+    NeedsKvm { name: String, why: String },
     /// Binding to vfio-pci or restoring the original driver went wrong.
     #[error("device {name:?}: passthrough of {pci}: {reason}")]
     Passthrough {
@@ -53,10 +61,11 @@ pub enum DeviceError {
 }
 
 /// A passthrough refusal, naming the device, its address and the reason.
-pub(crate) fn refused(name: &str, pci: &str, reason: String) -> DeviceError {
+pub(crate) fn refused(name: &str, pci: &str, reason: impl Into<checks::Refusal>) -> DeviceError {
     DeviceError::Refused {
         name: name.to_string(),
-        reason: format!("passthrough of {pci} refused: {reason}"),
+        pci: pci.to_string(),
+        reason: Box::new(reason.into()),
     }
 }
 
@@ -345,6 +354,20 @@ mod tests {
                 .map_err(|e| e.to_string())
         };
         f.append("proc/mounts", "/dev/nvme0n1p1 / ext4 rw 0 0\n");
+        // The refusal is a value a caller can match, not only a message.
+        let typed = check_passthrough(&passthrough_spec("d", PCI, false), &f.host).unwrap_err();
+        assert!(
+            matches!(
+                &typed,
+                DeviceError::Refused { reason, .. }
+                    if matches!(
+                        reason.as_ref(),
+                        checks::Refusal::InUse(usage::InUse::Directly { how, .. })
+                            if how == "holds the root filesystem"
+                    )
+            ),
+            "{typed:?}"
+        );
         let e = check(PCI).unwrap_err();
         assert!(
             e.starts_with("device \"d\": passthrough of 0000:01:00.0 refused: "),

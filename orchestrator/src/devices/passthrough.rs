@@ -313,9 +313,13 @@ pub fn bind_all(
     if wanted.is_empty() {
         return Ok(bound);
     }
-    let proc = ProcFiles::read(&bound.host).map_err(|reason| DeviceError::Refused {
-        name: wanted[0].spec.name.clone(),
-        reason,
+    let first = &wanted[0].spec;
+    let proc = ProcFiles::read(&bound.host).map_err(|reason| {
+        super::refused(
+            &first.name,
+            first.pci.as_deref().unwrap_or_default(),
+            reason,
+        )
     })?;
     for p in wanted {
         let pci = p.spec.pci.as_deref().unwrap_or_default();
@@ -354,9 +358,9 @@ pub fn require_kvm(prepared: &[PreparedDevice], d: &AccelDecision) -> Result<(),
         .iter()
         .find(|p| p.spec.kind.def().origin() == Origin::HostPci)
     {
-        Some(p) => Err(DeviceError::Refused {
+        Some(p) => Err(DeviceError::NeedsKvm {
             name: p.spec.name.clone(),
-            reason: format!("passthrough needs KVM: {}", d.reasons.join("; ")),
+            why: d.reasons.join("; "),
         }),
         None => Ok(()),
     }

@@ -56,9 +56,22 @@ impl Host {
     }
 
     /// A /proc file as text; the error names the file as on the host.
-    pub fn proc_text(&self, rel: &str) -> Result<String, String> {
-        std::fs::read_to_string(self.path(rel)).map_err(|e| format!("cannot read /{rel}: {e}"))
+    pub fn proc_text(&self, rel: &str) -> Result<String, ProcUnreadable> {
+        std::fs::read_to_string(self.path(rel)).map_err(|source| ProcUnreadable {
+            file: rel.to_string(),
+            source,
+        })
     }
+}
+
+/// A /proc file the checks need could not be read: "unused" cannot be told
+/// from "unknown".
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read /{file}: {source}")]
+pub struct ProcUnreadable {
+    /// As on the host, without the leading slash: `proc/mounts`.
+    pub file: String,
+    pub source: std::io::Error,
 }
 
 /// A small sysfs file, trimmed; None when absent or unreadable.

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use super::sysfs::{Host, entries, read_trim};
+use super::sysfs::{Host, ProcUnreadable, entries, read_trim};
 
 /// The /proc files the checks read, as text.
 #[derive(Debug, Clone, Default)]
@@ -19,13 +19,26 @@ pub struct ProcFiles {
 
 impl ProcFiles {
     /// Read from the host; an unreadable file is an error, not "unused".
-    pub fn read(host: &Host) -> Result<ProcFiles, String> {
+    pub fn read(host: &Host) -> Result<ProcFiles, ProcUnreadable> {
         Ok(ProcFiles {
             mounts: host.proc_text("proc/mounts")?,
             mountinfo: host.proc_text("proc/self/mountinfo")?,
             swaps: host.proc_text("proc/swaps")?,
         })
     }
+}
+
+/// Why a controller's disk is not free for passthrough.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InUse {
+    /// Mounted (on "/": the root filesystem) or used as swap.
+    #[error("{what} {how}")]
+    Directly { what: String, how: String },
+    /// A holder (device-mapper, LVM, md, multipath) sits on it.
+    #[error(
+        "{what} is held by {chain}: a holder (device-mapper, LVM, md, multipath) still uses it"
+    )]
+    Held { what: String, chain: String },
 }
 
 /// A block device: a namespace, a partition or a holder.
@@ -108,7 +121,7 @@ fn disk_name(entry: &str) -> Option<String> {
 
 /// Checks every namespace and partition of the controller; the names it
 /// checked, or why one is in use.
-pub fn check_unused(host: &Host, pci: &str, proc: &ProcFiles) -> Result<Vec<String>, String> {
+pub fn check_unused(host: &Host, pci: &str, proc: &ProcFiles) -> Result<Vec<String>, InUse> {
     let mut checked = Vec::new();
     for disk in namespaces(host, pci) {
         let sysdir = host.path("sys/block").join(&disk);
@@ -119,14 +132,17 @@ pub fn check_unused(host: &Host, pci: &str, proc: &ProcFiles) -> Result<Vec<Stri
             }
         }
         for n in &nodes {
-            if let Some(why) = in_use(n, proc) {
-                return Err(format!("{} {why}", n.what));
+            if let Some(how) = in_use(n, proc) {
+                return Err(InUse::Directly {
+                    what: n.what.clone(),
+                    how,
+                });
             }
             if let Some(chain) = holder_chain(host, n, proc, &mut BTreeSet::new()) {
-                return Err(format!(
-                    "{} is held by {chain}: a holder (device-mapper, LVM, md, multipath) still uses it",
-                    n.what
-                ));
+                return Err(InUse::Held {
+                    what: n.what.clone(),
+                    chain,
+                });
             }
             checked.push(n.name.clone());
         }

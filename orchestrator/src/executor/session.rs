@@ -167,7 +167,10 @@ impl Session<'_> {
                     match spill.push(&c) {
                         Ok(()) => {}
                         Err(SpillError::Refused(why)) => refused = Some(why),
-                        Err(e @ SpillError::Io { .. }) => return Err(Fatal::Store(e.to_string())),
+                        // Writing the host's own file failed: the run stops.
+                        Err(e @ (SpillError::Io { .. } | SpillError::Corrupt { .. })) => {
+                            return Err(Fatal::Store(e.to_string()));
+                        }
                     }
                 }
                 GuestMsg::JobDone {

@@ -28,6 +28,13 @@ pub enum SpillError {
         path: String,
         source: std::io::Error,
     },
+    /// A line of the spill file does not read back as the chunk written.
+    #[error("spill file {path}, line {line}: {source}")]
+    Corrupt {
+        path: String,
+        line: usize,
+        source: serde_json::Error,
+    },
 }
 
 /// Samples being received for one point.
@@ -110,13 +117,28 @@ impl Spill {
 
 impl SpillFile {
     /// The chunks in the order they arrived.
-    pub fn chunks(&self) -> Result<impl Iterator<Item = Result<SampleChunk, String>>, String> {
+    pub fn chunks(
+        &self,
+    ) -> Result<impl Iterator<Item = Result<SampleChunk, SpillError>>, SpillError> {
         let path = self.path.display().to_string();
-        let file = File::open(&self.path).map_err(|e| format!("{path}: {e}"))?;
-        Ok(BufReader::new(file).lines().map(move |line| {
-            let line = line.map_err(|e| format!("{path}: {e}"))?;
-            serde_json::from_str(&line).map_err(|e| format!("{path}: {e}"))
-        }))
+        let file = File::open(&self.path).map_err(|source| SpillError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(BufReader::new(file)
+            .lines()
+            .enumerate()
+            .map(move |(n, line)| {
+                let line = line.map_err(|source| SpillError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                serde_json::from_str(&line).map_err(|source| SpillError::Corrupt {
+                    path: path.clone(),
+                    line: n + 1,
+                    source,
+                })
+            }))
     }
 
     /// A spill of `chunks`, checked as if they had arrived from a guest.
@@ -232,6 +254,18 @@ mod tests {
         );
         let back: Vec<SampleChunk> = f.chunks().unwrap().map(Result::unwrap).collect();
         assert_eq!(back, [a, b]);
+        // A damaged line is found by its number, after the good ones.
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&f.path)
+            .unwrap();
+        out.write_all(b"{\"metric\": 1}\n").unwrap();
+        let read: Vec<_> = f.chunks().unwrap().collect();
+        assert!(read[..2].iter().all(Result::is_ok));
+        assert!(
+            matches!(read[2], Err(SpillError::Corrupt { line: 3, .. })),
+            "{read:?}"
+        );
         drop(f);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
