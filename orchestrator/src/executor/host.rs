@@ -64,12 +64,15 @@ impl Executor for HostExecutor {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         )
-        .map_err(|e| BootError::Failed(format!("start agent {}: {e}", self.agent.display())))?;
+        .map_err(|source| BootError::AgentSpawn {
+            path: self.agent.clone(),
+            source,
+        })?;
         let (Some(stdin), Some(stdout)) = (
             child.child_mut().stdin.take(),
             child.child_mut().stdout.take(),
         ) else {
-            return Err(BootError::Failed("agent has no stdio pipes".into()));
+            return Err(BootError::NoStdio);
         };
         let channel = Channel::from_parts(BufReader::new(stdout), Box::new(stdin));
         let child_cell = std::cell::RefCell::new(&mut child);
@@ -95,7 +98,7 @@ impl Executor for HostExecutor {
         let hello = match session.handshake(&nonce, self.timeouts.boot.0) {
             Ok(h) => h,
             Err(Fatal::Interrupted) => return Err(BootError::Interrupted),
-            Err(e) => return Err(BootError::Failed(format!("agent did not start: {e}"))),
+            Err(e) => return Err(BootError::AgentNotStarted(e.to_string())),
         };
         let ready_ms = started.elapsed().as_millis() as u64;
         record.ready_ms = Some(ready_ms);

@@ -6,6 +6,8 @@ pub mod host;
 pub mod qemu;
 pub mod session;
 
+use std::path::PathBuf;
+
 use testbed_agent::workload::Summary;
 
 use crate::plan::Point;
@@ -47,11 +49,51 @@ pub trait Executor {
     ) -> Result<(BootRecord, usize), BootError>;
 }
 
-/// A boot that never reached its agent: no point can run.
+/// A boot that never reached its agent, or stopped so that no further
+/// point can run. Each says what failed; the run records the message.
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
+    /// The host executor's agent process could not be started.
+    #[error("start agent {}: {source}", path.display())]
+    AgentSpawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("agent has no stdio pipes")]
+    NoStdio,
+    /// The agent process started but never answered its handshake.
+    #[error("agent did not start: {0}")]
+    AgentNotStarted(String),
+    #[error("create a private directory for the agent socket: {0}")]
+    SocketDir(std::io::Error),
+    /// QEMU itself could not be started.
     #[error("{0}")]
-    Failed(String),
+    QemuSpawn(std::io::Error),
+    /// QEMU started but its agent socket never came up.
+    #[error("{error}\nQEMU said:\n{qemu_said}")]
+    QemuNotUp { error: String, qemu_said: String },
+    /// The guest booted (or not) without its agent ever answering.
+    #[error(
+        "the guest never reached the agent: {error}\nlast console lines:\n{console}\nQEMU said:\n{qemu_said}"
+    )]
+    NoAgent {
+        error: String,
+        console: String,
+        qemu_said: String,
+    },
+    /// Two-VM runs: the server VM's setup job failed, or the VM did.
+    #[error("the server VM's setup job failed: {0}")]
+    ServerSetup(String),
+    #[error("server VM: {0}")]
+    ServerVm(String),
+    #[error("the server VM's link socket {} does not exist", .0.display())]
+    NoLinkSocket(PathBuf),
+    /// A point's samples could not be stored: the run stops, loudly.
+    #[error("{0}")]
+    Store(String),
+    /// The test executor's stand-in VM, told to fail.
+    #[error("the stand-in VM did not start")]
+    StandIn,
     #[error("interrupted")]
     Interrupted,
 }

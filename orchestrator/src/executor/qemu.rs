@@ -117,15 +117,14 @@ pub fn boot_vm(
     // Unix socket paths are limited to 108 bytes, so not in the run
     // directory: in a private directory of our own (mkdtemp, mode 0700)
     // under /tmp, where no other user can reach or replace it.
-    let socket_dir = private_socket_dir().map_err(BootError::Failed)?;
+    let socket_dir = private_socket_dir()?;
     config.agent_socket = socket_dir.path().join("agent.sock");
     config.qmp_socket = Some(socket_dir.path().join("qmp.sock"));
     let argv = build_argv(&config);
     let console = config.console_log.clone();
     let qemu_log = run_dir.join(format!("qemu{label}.log"));
     let started = Instant::now();
-    let mut vm =
-        VmProcess::spawn(&argv, &qemu_log).map_err(|e| BootError::Failed(e.to_string()))?;
+    let mut vm = VmProcess::spawn(&argv, &qemu_log).map_err(BootError::QemuSpawn)?;
     let socket = config.agent_socket.clone();
     let connected = Channel::connect_vm(&socket, &mut vm, timeouts.boot.0);
     // QEMU is up once its agent socket is: pinned before the guest has
@@ -140,10 +139,10 @@ pub fn boot_vm(
         Ok(c) => c,
         Err(e) => {
             vm.kill();
-            return Err(BootError::Failed(format!(
-                "{e}\nQEMU said:\n{}",
-                tail_lines(&qemu_log, 10)
-            )));
+            return Err(BootError::QemuNotUp {
+                error: e.to_string(),
+                qemu_said: tail_lines(&qemu_log, 10),
+            });
         }
     };
     let vm = Rc::new(RefCell::new(vm));
@@ -184,23 +183,23 @@ pub fn boot_vm(
         Err(e) => {
             drop(session);
             vm.borrow_mut().kill();
-            Err(BootError::Failed(format!(
-                "the guest never reached the agent: {e}\nlast console lines:\n{}\nQEMU said:\n{}",
-                console_digest(&console, 15),
-                tail_lines(&qemu_log_for_error, 10)
-            )))
+            Err(BootError::NoAgent {
+                error: e.to_string(),
+                console: console_digest(&console, 15),
+                qemu_said: tail_lines(&qemu_log_for_error, 10),
+            })
         }
     }
 }
 
 /// A new directory only this user can enter, for the agent socket.
-fn private_socket_dir() -> Result<tempfile::TempDir, String> {
+fn private_socket_dir() -> Result<tempfile::TempDir, BootError> {
     use std::os::unix::fs::PermissionsExt;
     tempfile::Builder::new()
         .prefix("testbed-")
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
-        .map_err(|e| format!("create a private directory for the agent socket: {e}"))
+        .map_err(BootError::SocketDir)
 }
 
 /// The most a guest may write to its console in one boot; the kernel and
@@ -316,12 +315,10 @@ impl QemuExecutor {
             Ok(PointOutcome::Done { .. }) => Ok(vm),
             Ok(PointOutcome::Failed { error }) => {
                 let _ = vm.shutdown();
-                Err(BootError::Failed(format!(
-                    "the server VM's setup job failed: {error}"
-                )))
+                Err(BootError::ServerSetup(error))
             }
             Err(Fatal::Interrupted) => Err(BootError::Interrupted),
-            Err(fatal) => Err(BootError::Failed(format!("server VM: {}", vm.fail(&fatal)))),
+            Err(fatal) => Err(BootError::ServerVm(vm.fail(&fatal))),
         }
     }
 }
@@ -356,7 +353,7 @@ impl Executor for QemuExecutor {
         let mut peer = None;
         // Lives until both VMs are gone.
         let link_dir = match self.pair {
-            Some(_) => Some(private_socket_dir().map_err(BootError::Failed)?),
+            Some(_) => Some(private_socket_dir()?),
             None => None,
         };
         if let (Some(pair), Some(dir)) = (self.pair.clone(), &link_dir) {
@@ -365,10 +362,7 @@ impl Executor for QemuExecutor {
             // The server's QEMU listens from its start, long before its
             // agent answered; QEMU 7.2 never retries a connect, so check.
             if !link.exists() {
-                return Err(BootError::Failed(format!(
-                    "the server VM's link socket {} does not exist",
-                    link.display()
-                )));
+                return Err(BootError::NoLinkSocket(link));
             }
             config.nics = vec![Nic {
                 mac: "52:54:00:7e:57:02".into(),

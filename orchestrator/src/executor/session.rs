@@ -241,7 +241,7 @@ impl Session<'_> {
                 // the run stops, loudly.
                 Err(Fatal::Store(e)) => {
                     record.ended = format!("cannot store point {}: {e}", point.id());
-                    return Err(BootError::Failed(record.ended.clone()));
+                    return Err(BootError::Store(record.ended.clone()));
                 }
                 Err(fatal) => {
                     record.points.push(point.id());

@@ -194,7 +194,7 @@ pub(super) fn run_boots(
                 }
             }
             Err(BootError::Interrupted) => stop = Some(RunStatus::Interrupted),
-            Err(BootError::Failed(e)) => {
+            Err(e) => {
                 fatal = Some(format!("boot {boot_index} failed: {e}"));
                 stop = Some(RunStatus::Failed);
             }

@@ -332,7 +332,7 @@ mod tests {
             )
             .unwrap();
             if self.limits.fail_from_boot.is_some_and(|b| index >= b) {
-                return Err(BootError::Failed("the stand-in VM did not start".into()));
+                return Err(BootError::StandIn);
             }
             events(Event::BootStarted {
                 index,
