@@ -76,15 +76,27 @@ def read_junit(path):
     return out
 
 
-def test_file(binary):
-    """The source file a test binary is built from, best effort."""
-    crate, _, target = binary.partition("::")
-    roots = {"testbed": "orchestrator", "testbed-agent": "guest-agent",
-             "testbed-flight": "guest-agent/flight", "testbed-asam": "guest-agent/asam"}
-    root = roots.get(crate, "")
-    if target.startswith("bin/") or not target:
-        return root + "/src" if root else ""
-    return "%s/tests/%s.rs" % (root, target) if root else ""
+def source_files():
+    """binary id -> the file (or, for a library's unit tests, the directory)
+    it is built from, relative to the workspace, from `cargo metadata`."""
+    try:
+        out = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    meta = json.loads(out)
+    root = meta["workspace_root"] + "/"
+    files = {}
+    for p in meta["packages"]:
+        for t in p["targets"]:
+            src = t["src_path"].removeprefix(root)
+            if "lib" in t["kind"] or "proc-macro" in t["kind"]:
+                files[p["name"]] = os.path.dirname(src)
+            elif "test" in t["kind"]:
+                files["%s::%s" % (p["name"], t["name"])] = src
+            else:
+                files["%s::%s/%s" % (p["name"], t["kind"][0], t["name"])] = src
+    return files
 
 
 def git(*args):
@@ -186,8 +198,9 @@ def keep(args):
     measured = read_junit(args.junit)
     if not measured:
         sys.exit("%s: no test times to keep" % args.junit)
+    files = source_files()
     for key, (secs, _) in measured.items():
-        costs[key] = (secs, test_file(key[0]))
+        costs[key] = (secs, files.get(key[0], ""))
     tmp = args.costs + ".tmp"
     with open(tmp, "w") as f:
         f.write("# Each test's seconds in the last kept ./x test run that ran it (./x times --keep).\n")
