@@ -581,11 +581,7 @@ fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> Outcome {
         }
         _ => None,
     };
-    let paired = if stats::same_ids(&n.reps, &d.reps) {
-        "paired by repetition"
-    } else {
-        "repetitions resampled independently"
-    };
+    let paired = stats::Pairing::of(&n.reps, &d.reps).text();
     let decided = judge(
         format!("{num_key}/{den_key} at x={}", n.x.label()),
         ratio,
@@ -979,6 +975,86 @@ min = 0.95
             series("read", vec![point(1.0, 1, &v)]),
         ]);
         let c = evaluate(&figure(RATIO), &[("p".into(), apart)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+    }
+
+    /// Job `job`'s repetitions with each one's boot: `boots[r]`.
+    fn booted(x: f64, job: u32, v: &[f64], boots: &[u32]) -> SeriesPoint {
+        let mut p = point(x, job, v);
+        for (rep, &b) in p.reps.iter_mut().zip(boots) {
+            rep.boot = Some(b);
+        }
+        p
+    }
+
+    #[test]
+    fn two_points_measured_in_the_same_boots_are_paired_by_boot() {
+        // Five boots that drift by ±40 %; in each, hook reads 0.9 of read.
+        let read = [60.0, 80.0, 100.0, 120.0, 140.0];
+        let hook: Vec<f64> = read.iter().map(|v| v * 0.9).collect();
+        let boots = [0, 1, 2, 3, 4];
+        let same = data(vec![
+            series("hook", vec![booted(1.0, 0, &hook, &boots)]),
+            series("read", vec![booted(1.0, 1, &read, &boots)]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), same)]).remove(0);
+        // The drift cancels: 0.9 in every resample, below 0.95.
+        assert_eq!(c.verdict, Verdict::DoesNotHold, "{}", c.numbers);
+        assert!(c.numbers.contains("paired by boot"), "{}", c.numbers);
+        let (lo, hi) = (c.lo.unwrap(), c.hi.unwrap());
+        assert!(
+            (lo - 0.9).abs() < 1e-9 && (hi - 0.9).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        // The same values from other boots (another boot each): the drift
+        // is in the interval and nothing is decided.
+        let apart = data(vec![
+            series("hook", vec![booted(1.0, 0, &hook, &boots)]),
+            series("read", vec![booted(1.0, 1, &read, &[5, 6, 7, 8, 9])]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), apart)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+        assert!(
+            c.numbers.contains("resampled independently"),
+            "{}",
+            c.numbers
+        );
+        // Several repetitions in one boot pair by their repetition.
+        let one_boot = data(vec![
+            series("hook", vec![booted(1.0, 0, &hook, &[0; 5])]),
+            series("read", vec![booted(1.0, 1, &read, &[0; 5])]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), one_boot)]).remove(0);
+        assert_eq!(c.verdict, Verdict::DoesNotHold, "{}", c.numbers);
+        assert!(c.numbers.contains("paired by boot"), "{}", c.numbers);
+    }
+
+    #[test]
+    fn a_trend_over_points_of_the_same_boots_is_decided_through_their_drift() {
+        // Each boot's level drifts ±40 %, and within every boot the series
+        // falls 10 % per step: paired by boot, every step's interval is
+        // below zero; resampled independently, the drift hides it.
+        let level = [60.0, 80.0, 100.0, 120.0, 140.0];
+        let at = |k: i32| -> Vec<f64> { level.iter().map(|v| v * 0.9f64.powi(k)).collect() };
+        let boots = [0, 1, 2, 3, 4];
+        let d = data(vec![series(
+            "read",
+            (0..4)
+                .map(|k| booted(f64::from(k + 1), k as u32, &at(k), &boots))
+                .collect(),
+        )]);
+        let c = evaluate(&figure(FALLS), &[("p".into(), d)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Holds, "{}", c.numbers);
+        let apart = data(vec![series(
+            "read",
+            (0..4)
+                .map(|k| {
+                    let b: Vec<u32> = boots.iter().map(|b| b + 5 * k as u32).collect();
+                    booted(f64::from(k + 1), k as u32, &at(k), &b)
+                })
+                .collect(),
+        )]);
+        let c = evaluate(&figure(FALLS), &[("p".into(), apart)]).remove(0);
         assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
     }
 

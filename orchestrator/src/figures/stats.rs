@@ -296,40 +296,109 @@ impl<'a> Spread<'a> {
             _ => None,
         }
     }
-    fn ids(&self) -> Option<Vec<(u32, u32)>> {
+    /// The pairing keys of its repetitions, sorted; None when any
+    /// repetition has no id (nothing to pair by).
+    fn keys(&self) -> Option<Vec<PairKey>> {
         match self {
-            Spread::Reps(r) => r.iter().map(|r| r.id).collect(),
+            Spread::Reps(r) => sorted_keys(r),
             Spread::Normal { .. } => None,
         }
     }
 }
 
-/// Whether two points were measured as the same repetitions (every value
-/// has an id and the ids agree), so their resamples are paired.
-pub fn same_ids(a: &[Rep], b: &[Rep]) -> bool {
-    let ids = |r: &[Rep]| -> Option<Vec<(u32, u32)>> {
-        let mut v: Vec<(u32, u32)> = r.iter().map(|r| r.id).collect::<Option<_>>()?;
-        v.sort_unstable();
-        Some(v)
-    };
-    a.len() >= 2 && ids(a).is_some_and(|x| Some(x) == ids(b))
+/// What lines up the repetitions of two points so that one resample draws
+/// them together. Points of one repetition run one after another in one
+/// boot, so where every repetition's boot is known, (boot, repetition)
+/// pairs two sweep points (two depths, two hooks) measured in the same
+/// boots: the drift between boots, which dominates under TCG, is then
+/// common to both and cancels in their ratio or step instead of widening
+/// it. Without boots, the (point, repetition) id: only two series of one
+/// job pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum PairKey {
+    Boot { boot: u32, rep: u32 },
+    Id(u32, u32),
+}
+
+fn sorted_keys(reps: &[Rep]) -> Option<Vec<PairKey>> {
+    let with_boots = reps.iter().all(|r| r.boot.is_some());
+    let mut keys: Vec<PairKey> = reps
+        .iter()
+        .map(|r| {
+            let (point, rep) = r.id?;
+            Some(match r.boot {
+                Some(boot) if with_boots => PairKey::Boot { boot, rep },
+                _ => PairKey::Id(point, rep),
+            })
+        })
+        .collect::<Option<_>>()?;
+    keys.sort_unstable();
+    Some(keys)
+}
+
+/// How two points' repetitions are resampled together, if at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pairing {
+    /// The same repetitions of one job (two series of one point).
+    Repetition,
+    /// Different points measured as the same repetitions in the same boots.
+    Boot,
+    /// Resampled independently.
+    Independent,
+}
+
+impl Pairing {
+    pub fn of(a: &[Rep], b: &[Rep]) -> Pairing {
+        let ids = |r: &[Rep]| -> Option<Vec<(u32, u32)>> {
+            let mut v: Vec<(u32, u32)> = r.iter().map(|r| r.id).collect::<Option<_>>()?;
+            v.sort_unstable();
+            Some(v)
+        };
+        if a.len() < 2 {
+            Pairing::Independent
+        } else if ids(a).is_some_and(|x| Some(x) == ids(b)) {
+            Pairing::Repetition
+        } else if sorted_keys(a).is_some_and(|x| Some(x) == sorted_keys(b)) {
+            Pairing::Boot
+        } else {
+            Pairing::Independent
+        }
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Pairing::Repetition => "paired by repetition",
+            Pairing::Boot => "paired by boot",
+            Pairing::Independent => "repetitions resampled independently",
+        }
+    }
 }
 
 /// 95 % percentile-bootstrap interval of `f` over the medians of several
 /// points, each point's repetitions resampled; points whose repetitions
-/// carry the same ids share one resample (paired, as they were measured
-/// together), the others are resampled independently. Fixed seed.
+/// have the same pairing keys (one job's series, or points measured in the
+/// same boots: see `PairKey`) share one resample, the others are resampled
+/// independently. Fixed seed.
 pub fn joint_interval<F>(points: &[Spread<'_>], f: F) -> Option<(f64, f64)>
 where
     F: Fn(&[f64]) -> Option<f64>,
 {
-    // Repetitions in id order, so the same index is the same repetition.
+    // Repetitions in key order, so the same index is the same repetition
+    // (or the same boot's same repetition) in every paired point.
     let sorted_reps: Vec<Vec<Rep>> = points
         .iter()
         .map(|p| match p {
             Spread::Reps(r) => {
                 let mut r = r.to_vec();
-                r.sort_by_key(|r| r.id);
+                let with_boots = r.iter().all(|r| r.boot.is_some());
+                r.sort_by_key(|r| {
+                    let rep = r.id.map(|(_, rep)| rep);
+                    if with_boots {
+                        (r.boot, rep, r.id)
+                    } else {
+                        (None, None, r.id)
+                    }
+                });
                 r
             }
             Spread::Normal { .. } => Vec::new(),
@@ -343,19 +412,11 @@ where
         .iter()
         .map(|r| Levels::of(&r.iter().map(|r| r.boot).collect::<Vec<_>>()))
         .collect();
-    let ids: Vec<Option<Vec<(u32, u32)>>> = points
-        .iter()
-        .map(|p| {
-            p.ids().map(|mut v| {
-                v.sort_unstable();
-                v
-            })
-        })
-        .collect();
-    // The first point with the same ids leads the group's resample.
+    let keys: Vec<Option<Vec<PairKey>>> = points.iter().map(Spread::keys).collect();
+    // The first point with the same keys leads the group's resample.
     let leader: Vec<usize> = (0..points.len())
-        .map(|i| match &ids[i] {
-            Some(v) => (0..i).find(|&j| ids[j].as_ref() == Some(v)).unwrap_or(i),
+        .map(|i| match &keys[i] {
+            Some(v) => (0..i).find(|&j| keys[j].as_ref() == Some(v)).unwrap_or(i),
             None => i,
         })
         .collect();
