@@ -65,7 +65,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
         Err(e) => f(
             Level::Warn,
             "/dev/kvm",
-            e.clone(),
+            e.to_string(),
             Some("load kvm_intel/kvm_amd and add yourself to group kvm, or use TCG"),
         ),
     });
@@ -74,7 +74,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
         Err(e) => f(
             Level::Warn,
             "cpu virtualisation",
-            e.clone(),
+            e.to_string(),
             Some("enable VT-x/AMD-V (or nested virtualisation) to use KVM"),
         ),
     });

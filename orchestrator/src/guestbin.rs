@@ -30,11 +30,10 @@ pub enum GuestBinError {
 
 /// Runs the build in a process group that dies with us and that Ctrl-C or a
 /// SIGTERM sent to `testbed` stops too.
-fn run_contained(cmd: &mut Command) -> Result<std::process::ExitStatus, String> {
-    crate::qemu::process::GroupProcess::spawn_command(cmd)
-        .map_err(|e| e.to_string())?
+fn run_contained(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus> {
+    crate::qemu::process::GroupProcess::spawn_command(cmd)?
         .wait_or_interrupt()
-        .ok_or_else(|| "interrupted".to_string())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::Interrupted, "interrupted"))
 }
 
 /// orchestrator/guest-build.txt: target, flags and packages of the one
@@ -199,7 +198,7 @@ pub fn ensure(
     }
     let status = run_contained(&mut cmd).map_err(|e| GuestBinError::Build {
         name: bin.into(),
-        status: e,
+        status: e.to_string(),
         command: command.clone(),
     });
     crate::phases::add("rust build", started.elapsed());

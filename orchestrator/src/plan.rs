@@ -306,7 +306,7 @@ fn check_pin(loaded: &LoadedSpec, host: Option<&[u32]>) -> Result<(), SpecError>
         return Ok(());
     };
     crate::qemu::pin::check_list(list, loaded.spec.vm.vcpus, host)
-        .map_err(|why| loaded.error_at("vm", Some("pin"), why))
+        .map_err(|why| loaded.error_at("vm", Some("pin"), why.to_string()))
 }
 
 pub fn check_memory(loaded: &LoadedSpec, mem_total: Option<u64>) -> Result<(), SpecError> {

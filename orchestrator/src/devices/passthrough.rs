@@ -9,9 +9,7 @@ use super::state::{self, State};
 use super::sysfs::{Host, Kernel, RealKernel, SysWrite};
 use super::usage::ProcFiles;
 use super::{DeviceError, PreparedDevice};
-use crate::executor::{BootError, BootRecord, Executor, OnPoint};
-use crate::plan::Point;
-use crate::progress::Event;
+use crate::executor::{Boot, BootError, BootRecord, Executor};
 use crate::qemu::accel::AccelDecision;
 use crate::qemu::argv::Accel;
 use crate::spec::Origin;
@@ -52,9 +50,20 @@ pub fn restore_writes(pci: &str, original: &str, current: Option<&str>) -> Vec<S
     w
 }
 
-fn apply(kernel: &mut dyn Kernel, host: &Host, writes: &[SysWrite]) -> Result<(), String> {
+/// A sysfs write the kernel refused: the write and its error.
+#[derive(Debug, thiserror::Error)]
+#[error("{write}: {source}")]
+struct WriteRefused {
+    write: SysWrite,
+    source: std::io::Error,
+}
+
+fn apply(kernel: &mut dyn Kernel, host: &Host, writes: &[SysWrite]) -> Result<(), WriteRefused> {
     for w in writes {
-        kernel.write(host, w).map_err(|e| format!("{w}: {e}"))?;
+        kernel.write(host, w).map_err(|source| WriteRefused {
+            write: w.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -142,8 +151,9 @@ pub fn bind(
         state_file: path,
         state: s,
     };
-    let outcome =
-        apply(kernel, host, &bind_writes(&c.pci)).and_then(|()| match host.driver(&c.pci) {
+    let outcome = apply(kernel, host, &bind_writes(&c.pci))
+        .map_err(|e| e.to_string())
+        .and_then(|()| match host.driver(&c.pci) {
             Some(d) if d == VFIO => Ok(()),
             other => Err(format!(
                 "it ended on {}, not {VFIO}",
@@ -198,7 +208,7 @@ pub fn restore(host: &Host, kernel: &mut dyn Kernel, b: &Binding) -> Result<Stri
         host,
         &restore_writes(&s.pci, &s.original_driver, current.as_deref()),
     )
-    .map_err(keep)?;
+    .map_err(|e| keep(e.to_string()))?;
     match host.driver(&s.pci) {
         Some(d) if d == s.original_driver => {}
         other => {
@@ -285,14 +295,8 @@ struct Holding {
 }
 
 impl Executor for Holding {
-    fn run_boot(
-        &mut self,
-        index: u32,
-        points: &[Point],
-        on_point: &mut OnPoint<'_>,
-        events: &mut dyn FnMut(Event),
-    ) -> Result<(BootRecord, usize), BootError> {
-        self.inner.run_boot(index, points, on_point, events)
+    fn run_boot(&mut self, boot: Boot<'_>) -> Result<(BootRecord, usize), BootError> {
+        self.inner.run_boot(boot)
     }
 }
 

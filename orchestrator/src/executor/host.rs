@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use testbed_agent::protocol::DeviceRef;
 
 use super::session::{Fatal, PointRun, PointsEnded, Session};
-use super::{BootError, BootRecord, Executor, OnPoint};
-use crate::plan::Point;
+use super::{Boot, BootError, BootRecord, Executor};
 use crate::progress::Event;
 use crate::qemu::channel::Channel;
 use crate::qemu::process::GroupProcess;
@@ -30,20 +29,14 @@ pub struct HostExecutor {
 }
 
 impl Executor for HostExecutor {
-    fn run_boot(
-        &mut self,
-        index: u32,
-        points: &[Point],
-        on_point: &mut OnPoint<'_>,
-        events: &mut dyn FnMut(Event),
-    ) -> Result<(BootRecord, usize), BootError> {
+    fn run_boot(&mut self, boot: Boot<'_>) -> Result<(BootRecord, usize), BootError> {
         let nonce = super::qemu::random_hex(8);
         let argv = vec![
             self.agent.to_string_lossy().into_owned(),
             "--stdio".to_string(),
         ];
-        events(Event::BootStarted {
-            index,
+        (boot.events)(Event::BootStarted {
+            index: boot.index,
             accel: "host".into(),
         });
         let started = Instant::now();
@@ -86,7 +79,7 @@ impl Executor for HostExecutor {
             spill_dir: self.spill_dir.clone(),
         };
         let mut record = BootRecord {
-            index,
+            index: boot.index,
             hello: None,
             ready_ms: None,
             points: Vec::new(),
@@ -102,21 +95,22 @@ impl Executor for HostExecutor {
         };
         let ready_ms = started.elapsed().as_millis() as u64;
         record.ready_ms = Some(ready_ms);
-        events(Event::BootReady {
-            index,
+        (boot.events)(Event::BootReady {
+            index: boot.index,
             ready_ms,
             uname: hello.uname.clone(),
         });
         record.hello = Some(hello);
         let run = PointRun {
-            points,
+            points: boot.points,
             devices: &self.devices,
             timeout: self.timeouts.point.0,
             peer: None,
         };
-        let points_ended = session.run_points(&run, &mut record, on_point, events, |fatal| {
-            fatal.to_string()
-        })?;
+        let points_ended =
+            session.run_points(&run, &mut record, boot.on_point, boot.events, |fatal| {
+                fatal.to_string()
+            })?;
         if points_ended == PointsEnded::Completed {
             record.ended = match session.shutdown(Duration::from_secs(10)) {
                 Ok(()) => "shutdown".into(),

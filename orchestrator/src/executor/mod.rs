@@ -37,16 +37,19 @@ pub use crate::results::manifest::BootRecord;
 /// Called with each finished point; an error stops the boot (e.g. a write failure).
 pub type OnPoint<'a> = dyn FnMut(&Point, PointOutcome) -> Result<(), String> + 'a;
 
+/// One boot's work: its index in the run, its points in order, and where
+/// each point's outcome and the progress events go.
+pub struct Boot<'a> {
+    pub index: u32,
+    pub points: &'a [Point],
+    pub on_point: &'a mut OnPoint<'a>,
+    pub events: &'a mut dyn FnMut(Event),
+}
+
 pub trait Executor {
-    /// Runs points in order until all are done or the boot dies. Returns the
-    /// record and how many points got an outcome.
-    fn run_boot(
-        &mut self,
-        index: u32,
-        points: &[Point],
-        on_point: &mut OnPoint<'_>,
-        events: &mut dyn FnMut(Event),
-    ) -> Result<(BootRecord, usize), BootError>;
+    /// Runs the boot's points in order until all are done or the boot
+    /// dies. Returns the record and how many points got an outcome.
+    fn run_boot(&mut self, boot: Boot<'_>) -> Result<(BootRecord, usize), BootError>;
 }
 
 /// A boot that never reached its agent, or stopped so that no further

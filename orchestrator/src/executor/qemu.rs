@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use testbed_agent::protocol::{DeviceRef, Hello};
 
 use super::session::{Fatal, PointRun, PointsEnded, Session};
-use super::{BootError, BootRecord, Executor, OnPoint, PointOutcome};
-use crate::plan::Point;
+use super::{Boot, BootError, BootRecord, Executor, PointOutcome};
 use crate::progress::Event;
 use crate::qemu::argv::{Nic, VmConfig, build_argv, kernel_append};
 use crate::qemu::channel::Channel;
@@ -335,17 +334,11 @@ fn link_netdev(path: &Path, server: bool) -> String {
 }
 
 impl Executor for QemuExecutor {
-    fn run_boot(
-        &mut self,
-        index: u32,
-        points: &[Point],
-        on_point: &mut OnPoint<'_>,
-        events: &mut dyn FnMut(Event),
-    ) -> Result<(BootRecord, usize), BootError> {
+    fn run_boot(&mut self, boot: Boot<'_>) -> Result<(BootRecord, usize), BootError> {
         let mut server = None;
         let mut config = self.config.clone();
         // A `vm.vcpus` sweep: this boot's points share their count.
-        let vcpus = points.first().and_then(|p| p.vm_vcpus);
+        let vcpus = boot.points.first().and_then(|p| p.vm_vcpus);
         if let Some(n) = vcpus {
             config.vcpus = n;
         }
@@ -358,7 +351,7 @@ impl Executor for QemuExecutor {
         };
         if let (Some(pair), Some(dir)) = (self.pair.clone(), &link_dir) {
             let link = dir.path().join("link.sock");
-            server = Some(self.boot_server(index, &pair, &link, vcpus, events)?);
+            server = Some(self.boot_server(boot.index, &pair, &link, vcpus, boot.events)?);
             // The server's QEMU listens from its start, long before its
             // agent answered; QEMU 7.2 never retries a connect, so check.
             if !link.exists() {
@@ -384,20 +377,21 @@ impl Executor for QemuExecutor {
         let role = if server.is_some() { "client" } else { "" };
         let accel = config.accel.to_string();
         let pin = self.pin.clone();
-        let mut vm = self.boot_announced(index, &config, &extra, role, accel, &pin, events)?;
-        let mut record = Self::record(index, &vm);
+        let mut vm =
+            self.boot_announced(boot.index, &config, &extra, role, accel, &pin, boot.events)?;
+        let mut record = Self::record(boot.index, &vm);
         record.server_argv = server.as_ref().map(|s| s.argv.clone());
         let run = PointRun {
-            points,
+            points: boot.points,
             devices: &self.devices,
             timeout: self.timeouts.point.0,
             peer: peer.as_deref(),
         };
-        let points_ended = vm
-            .session
-            .run_points(&run, &mut record, on_point, events, |fatal| {
-                kill_and_describe(&vm.vm, &vm.console, fatal)
-            })?;
+        let points_ended =
+            vm.session
+                .run_points(&run, &mut record, boot.on_point, boot.events, |fatal| {
+                    kill_and_describe(&vm.vm, &vm.console, fatal)
+                })?;
         // Every point that got an outcome is listed in the record.
         let handled = record.points.len();
         if points_ended == PointsEnded::Died {

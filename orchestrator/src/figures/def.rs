@@ -131,9 +131,54 @@ pub enum Stat {
     Percentile(f64),
 }
 
+/// What is wrong inside a figure definition; `FigureError::Definition`
+/// names the file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DefError {
+    #[error("bad percentile {0}")]
+    BadPercentile(String),
+    #[error("percentile {0} outside p0..p100")]
+    PercentileRange(String),
+    #[error("unknown stat {0}: mean, median, min, max, sum, count or pNN")]
+    UnknownStat(String),
+    #[error("{0}: `x` and `at` both given, use one")]
+    XAndAt(&'static str),
+    #[error("{0}: missing field `x` or `at`")]
+    NoPlace(&'static str),
+    #[error("{0}: missing field `min` and/or `max`")]
+    NoBounds(&'static str),
+    #[error("id {id:?} differs from the file name {stem:?}")]
+    IdNotFileName { id: String, stem: String },
+    #[error("no [[panels]]")]
+    NoPanels,
+    #[error("panel name {0:?} used twice")]
+    PanelTwice(String),
+    #[error("panel {panel}: {why}")]
+    Panel { panel: String, why: Box<DefError> },
+    #[error("claim id {0:?} used twice")]
+    ClaimTwice(String),
+    #[error("claim {claim}: no panel {panel:?}")]
+    NoSuchPanel {
+        claim: String,
+        panel: Option<String>,
+    },
+    #[error("claim {claim}: requires {required:?}, which is not a claim listed before it")]
+    RequiresLater { claim: String, required: String },
+    #[error("column {0:?}: expected param_<name> or tag_<key>")]
+    NotAColumn(String),
+    #[error("y.scale must be a positive number")]
+    BadScale,
+    #[error("ratio.numerator is empty")]
+    EmptyNumerator,
+    #[error(
+        "reference {0:?}: points need x and y of equal length, hline a value, band low <= high"
+    )]
+    BadReference(String),
+}
+
 impl TryFrom<String> for Stat {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = DefError;
+    fn try_from(s: String) -> Result<Self, DefError> {
         Ok(match s.as_str() {
             "mean" => Stat::Mean,
             "median" => Stat::Median,
@@ -142,17 +187,15 @@ impl TryFrom<String> for Stat {
             "sum" => Stat::Sum,
             "count" => Stat::Count,
             p if p.starts_with('p') => {
-                let v: f64 = p[1..].parse().map_err(|_| format!("bad percentile {p}"))?;
+                let v: f64 = p[1..]
+                    .parse()
+                    .map_err(|_| DefError::BadPercentile(p.into()))?;
                 if !(0.0..=100.0).contains(&v) {
-                    return Err(format!("percentile {p} outside p0..p100"));
+                    return Err(DefError::PercentileRange(p.into()));
                 }
                 Stat::Percentile(v)
             }
-            o => {
-                return Err(format!(
-                    "unknown stat {o}: mean, median, min, max, sum, count or pNN"
-                ));
-            }
+            o => return Err(DefError::UnknownStat(o.into())),
         })
     }
 }
@@ -445,23 +488,23 @@ struct RawRatioAt {
 
 /// The place and bounds of `value_at` / `ratio_at` from their keys.
 fn place_and_bounds(
-    kind: &str,
+    kind: &'static str,
     x: Option<toml::Value>,
     at: Option<At>,
     min: Option<f64>,
     max: Option<f64>,
-) -> Result<(Place, Bounds), String> {
+) -> Result<(Place, Bounds), DefError> {
     let place = match (x, at) {
         (Some(x), None) => Place::X(x),
         (None, Some(at)) => Place::At(at),
-        (Some(_), Some(_)) => return Err(format!("{kind}: `x` and `at` both given, use one")),
-        (None, None) => return Err(format!("{kind}: missing field `x` or `at`")),
+        (Some(_), Some(_)) => return Err(DefError::XAndAt(kind)),
+        (None, None) => return Err(DefError::NoPlace(kind)),
     };
     let bounds = match (min, max) {
         (Some(a), Some(b)) => Bounds::Both(a, b),
         (Some(a), None) => Bounds::Min(a),
         (None, Some(b)) => Bounds::Max(b),
-        (None, None) => return Err(format!("{kind}: missing field `min` and/or `max`")),
+        (None, None) => return Err(DefError::NoBounds(kind)),
     };
     Ok((place, bounds))
 }
@@ -479,8 +522,8 @@ fn place_and_bounds_keys(
 }
 
 impl TryFrom<RawValueAt> for ValueAt {
-    type Error = String;
-    fn try_from(r: RawValueAt) -> Result<Self, String> {
+    type Error = DefError;
+    fn try_from(r: RawValueAt) -> Result<Self, DefError> {
         let (place, bounds) = place_and_bounds("value_at", r.x, r.at, r.min, r.max)?;
         Ok(ValueAt { place, bounds })
     }
@@ -494,8 +537,8 @@ impl From<ValueAt> for RawValueAt {
 }
 
 impl TryFrom<RawRatioAt> for RatioAt {
-    type Error = String;
-    fn try_from(r: RawRatioAt) -> Result<Self, String> {
+    type Error = DefError;
+    fn try_from(r: RawRatioAt) -> Result<Self, DefError> {
         let (place, bounds) = place_and_bounds("ratio_at", r.x, r.at, r.min, r.max)?;
         Ok(RatioAt {
             numerator: r.numerator,
@@ -528,40 +571,46 @@ impl FigureDef {
         }
     }
 
-    fn validate(&self, stem: &str) -> Result<(), String> {
+    fn validate(&self, stem: &str) -> Result<(), DefError> {
         if self.id != stem {
-            return Err(format!(
-                "id {:?} differs from the file name {stem:?}",
-                self.id
-            ));
+            return Err(DefError::IdNotFileName {
+                id: self.id.clone(),
+                stem: stem.into(),
+            });
         }
         if self.panels.is_empty() {
-            return Err("no [[panels]]".into());
+            return Err(DefError::NoPanels);
         }
         let mut names = BTreeSet::new();
         for p in &self.panels {
             if !names.insert(p.name.as_str()) {
-                return Err(format!("panel name {:?} used twice", p.name));
+                return Err(DefError::PanelTwice(p.name.clone()));
             }
-            p.validate().map_err(|e| format!("panel {}: {e}", p.name))?;
+            p.validate().map_err(|why| DefError::Panel {
+                panel: p.name.clone(),
+                why: Box::new(why),
+            })?;
         }
         let mut ids = BTreeSet::new();
         for c in &self.claims {
             if !ids.insert(c.id.as_str()) {
-                return Err(format!("claim id {:?} used twice", c.id));
+                return Err(DefError::ClaimTwice(c.id.clone()));
             }
             if self.panel(c.panel.as_deref()).is_none() {
-                return Err(format!("claim {}: no panel {:?}", c.id, c.panel));
+                return Err(DefError::NoSuchPanel {
+                    claim: c.id.clone(),
+                    panel: c.panel.clone(),
+                });
             }
             if let Some(r) = c
                 .requires
                 .iter()
                 .find(|r| !ids.contains(r.as_str()) || *r == &c.id)
             {
-                return Err(format!(
-                    "claim {}: requires {r:?}, which is not a claim listed before it",
-                    c.id
-                ));
+                return Err(DefError::RequiresLater {
+                    claim: c.id.clone(),
+                    required: r.clone(),
+                });
             }
         }
         Ok(())
@@ -573,23 +622,23 @@ fn is_column(c: &str) -> bool {
 }
 
 impl Panel {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), DefError> {
         let cols = std::iter::once(&self.x.column)
             .chain(&self.series.columns)
             .chain(self.filter.keys())
             .chain(self.ratio.as_ref().map(|r| &r.column));
         for c in cols {
             if !is_column(c) {
-                return Err(format!("column {c:?}: expected param_<name> or tag_<key>"));
+                return Err(DefError::NotAColumn(c.clone()));
             }
         }
         if !(self.y.scale.is_finite() && self.y.scale > 0.0) {
-            return Err("y.scale must be a positive number".into());
+            return Err(DefError::BadScale);
         }
         if let Some(r) = &self.ratio
             && r.numerator.is_empty()
         {
-            return Err("ratio.numerator is empty".into());
+            return Err(DefError::EmptyNumerator);
         }
         for r in &self.reference {
             let ok = match r.kind {
@@ -598,10 +647,7 @@ impl Panel {
                 RefKind::Band => matches!((r.low, r.high), (Some(l), Some(h)) if l <= h),
             };
             if !ok {
-                return Err(format!(
-                    "reference {:?}: points need x and y of equal length, hline a value, band low <= high",
-                    r.label
-                ));
+                return Err(DefError::BadReference(r.label.clone()));
             }
         }
         Ok(())
@@ -624,7 +670,7 @@ pub fn load(path: &Path) -> Result<FigureDef, FigureError> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    def.validate(&stem).map_err(bad)?;
+    def.validate(&stem).map_err(|e| bad(e.to_string()))?;
     Ok(def)
 }
 

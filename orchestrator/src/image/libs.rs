@@ -300,9 +300,8 @@ fn find_library(name: &str, dirs: &[String], program: &ElfDeps) -> Option<(PathB
 
 /// Absolute paths of every library the program loads, the dynamic loader
 /// included; empty for a static program. The error names the file.
-pub fn library_closure(program: &Path) -> Result<Vec<String>, String> {
-    let mut libs: Vec<String> = resolve_closure(program)
-        .map_err(|e| e.to_string())?
+pub fn library_closure(program: &Path) -> Result<Vec<String>, LibError> {
+    let mut libs: Vec<String> = resolve_closure(program)?
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
@@ -396,7 +395,7 @@ mod tests {
         std::fs::write(&script, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = library_closure(&script).unwrap_err();
+        let e = library_closure(&script).unwrap_err().to_string();
         assert!(e.contains(&script.display().to_string()), "{e}");
         assert!(e.contains("is not an ELF file"), "{e}");
         assert!(!marker.exists(), "the file was executed");
@@ -423,7 +422,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let patched = t.path().join("ls");
         std::fs::write(&patched, bytes).unwrap();
-        let e = library_closure(&patched).unwrap_err();
+        let e = library_closure(&patched).unwrap_err().to_string();
         assert!(e.contains(&patched.display().to_string()), "{e}");
         assert!(e.contains("needs libselinuX.so.1"), "{e}");
         assert!(

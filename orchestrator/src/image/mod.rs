@@ -174,9 +174,9 @@ pub fn assemble(inputs: &InitramfsInputs) -> Result<Archive, ImageError> {
         let host = crate::hosttools::find_program(program)
             .ok_or_else(|| ImageError::ProgramMissing(program.clone()))?;
         a.add_file(&format!("usr/bin/{program}"), read(&host)?, 0o755);
-        for lib in libs::library_closure(&host).map_err(|reason| ImageError::Libraries {
+        for lib in libs::library_closure(&host).map_err(|e| ImageError::Libraries {
             program: program.clone(),
-            reason,
+            reason: e.to_string(),
         })? {
             a.add_file(lib.trim_start_matches('/'), read(Path::new(&lib))?, 0o755);
         }

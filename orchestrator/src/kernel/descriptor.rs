@@ -285,13 +285,14 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Descriptor, KernelEr
     let need = |table: &str| bad(format!("kind = \"{}\" needs a [{table}] table", raw.kind));
     let kind = if raw.kind == KIND_DEBIAN_BINARY {
         let pkg = raw.package.ok_or_else(|| need("package"))?;
-        check_sha256(&pkg.sha256, "package.sha256").map_err(bad)?;
+        check_sha256(&pkg.sha256, "package.sha256").map_err(|e| bad(e.to_string()))?;
         Kind::DebianBinary(pkg)
     } else {
         let source = if raw.kind == KIND_SOURCE_BUILD {
             let source = raw.source.ok_or_else(|| need("source"))?;
-            check_sha256(&source.sha256, "source.sha256").map_err(bad)?;
-            check_sha256(&source.deb_sha256, "source.deb_sha256").map_err(bad)?;
+            check_sha256(&source.sha256, "source.sha256").map_err(|e| bad(e.to_string()))?;
+            check_sha256(&source.deb_sha256, "source.deb_sha256")
+                .map_err(|e| bad(e.to_string()))?;
             Source::Package(source)
         } else {
             let tree = raw.tree.ok_or_else(|| need("tree"))?;
@@ -320,11 +321,11 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Descriptor, KernelEr
             )));
         }
         for f in &config.fragments {
-            check_file_stem(f, "config.fragments").map_err(bad)?;
+            check_file_stem(f, "config.fragments").map_err(|e| bad(e.to_string()))?;
         }
         let patch_series = match raw.patches {
             Some(p) => {
-                check_file_stem(&p.series, "patches.series").map_err(bad)?;
+                check_file_stem(&p.series, "patches.series").map_err(|e| bad(e.to_string()))?;
                 Some(p.series)
             }
             None => None,
@@ -345,21 +346,32 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Descriptor, KernelEr
     })
 }
 
-fn check_sha256(value: &str, field: &str) -> Result<(), String> {
+/// A descriptor field whose value has the wrong form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadField {
+    #[error("field `{field}` = \"{value}\" is not a sha256 (64 hex digits)")]
+    NotSha256 { field: &'static str, value: String },
+    #[error("field `{field}`: \"{value}\" must be a plain name, not a path")]
+    NotPlainName { field: &'static str, value: String },
+}
+
+fn check_sha256(value: &str, field: &'static str) -> Result<(), BadField> {
     if value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(())
     } else {
-        Err(format!(
-            "field `{field}` = \"{value}\" is not a sha256 (64 hex digits)"
-        ))
+        Err(BadField::NotSha256 {
+            field,
+            value: value.into(),
+        })
     }
 }
 
-fn check_file_stem(value: &str, field: &str) -> Result<(), String> {
+fn check_file_stem(value: &str, field: &'static str) -> Result<(), BadField> {
     if value.is_empty() || value.contains(['/', '\\']) || value.starts_with('.') {
-        Err(format!(
-            "field `{field}`: \"{value}\" must be a plain name, not a path"
-        ))
+        Err(BadField::NotPlainName {
+            field,
+            value: value.into(),
+        })
     } else {
         Ok(())
     }

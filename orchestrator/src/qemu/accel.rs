@@ -55,18 +55,37 @@ pub struct KvmUnusable {
     pub reasons: Vec<String>,
 }
 
+/// Why KVM cannot be used here, found before any probe boot.
+#[derive(Debug, thiserror::Error)]
+pub enum NoKvm {
+    #[error("{} does not open: {source}", dev.display())]
+    DevKvm {
+        dev: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the CPU shows no vmx/svm flag{}", if *kvm_pvm {
+        " (kvm_pvm loaded: a paging-based nested hypervisor, not hardware virtualisation)"
+    } else {
+        ""
+    })]
+    NoVirtFlags { kvm_pvm: bool },
+}
+
 /// /dev/kvm opens read-write.
-pub fn dev_kvm_opens(dev: &Path) -> Result<(), String> {
+pub fn dev_kvm_opens(dev: &Path) -> Result<(), NoKvm> {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(dev)
         .map(|_| ())
-        .map_err(|e| format!("{} does not open: {e}", dev.display()))
+        .map_err(|source| NoKvm::DevKvm {
+            dev: dev.to_path_buf(),
+            source,
+        })
 }
 
 /// The CPU advertises hardware virtualisation (vmx or svm).
-pub fn cpu_has_virt_flags(cpuinfo: &str) -> Result<(), String> {
+pub fn cpu_has_virt_flags(cpuinfo: &str) -> Result<(), NoKvm> {
     let flags = cpuinfo
         .lines()
         .find(|l| l.starts_with("flags"))
@@ -75,12 +94,9 @@ pub fn cpu_has_virt_flags(cpuinfo: &str) -> Result<(), String> {
     if flags.contains(&"vmx") || flags.contains(&"svm") {
         Ok(())
     } else {
-        let hint = if std::path::Path::new("/sys/module/kvm_pvm").exists() {
-            " (kvm_pvm loaded: a paging-based nested hypervisor, not hardware virtualisation)"
-        } else {
-            ""
-        };
-        Err(format!("the CPU shows no vmx/svm flag{hint}"))
+        Err(NoKvm::NoVirtFlags {
+            kvm_pvm: Path::new("/sys/module/kvm_pvm").exists(),
+        })
     }
 }
 
@@ -107,7 +123,7 @@ pub fn decide(
             Ok(()) => {}
             Err(r) => {
                 prechecks_ok = false;
-                reasons.push(r);
+                reasons.push(r.to_string());
             }
         }
     }
@@ -149,7 +165,10 @@ pub fn decide(
 }
 
 /// Outcome of waiting for a probe VM, shared by the real probe.
-pub fn probe_outcome(started: Instant, outcome: Result<(), String>) -> ProbeResult {
+pub fn probe_outcome<E: std::fmt::Display>(
+    started: Instant,
+    outcome: Result<(), E>,
+) -> ProbeResult {
     let elapsed_ms = started.elapsed().as_millis() as u64;
     match outcome {
         Ok(()) => ProbeResult {
@@ -160,7 +179,7 @@ pub fn probe_outcome(started: Instant, outcome: Result<(), String>) -> ProbeResu
         Err(detail) => ProbeResult {
             ok: false,
             elapsed_ms,
-            detail,
+            detail: detail.to_string(),
         },
     }
 }

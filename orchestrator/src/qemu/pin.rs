@@ -15,6 +15,36 @@ use serde::{Deserialize, Serialize};
 
 use super::qmp::VcpuThread;
 
+/// Why a `[vm] pin` cannot apply on this host, or why a thread stays
+/// unpinned (the boot record keeps the message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinError {
+    #[error("unknown pin {0:?}: use \"auto\", \"off\" or a list of host CPUs")]
+    UnknownWord(String),
+    #[error("pin = \"off\"")]
+    Off,
+    #[error("no spare host CPU ({host} CPUs, {vcpus} vCPUs): each vCPU has one")]
+    NoSpareCpu { host: usize, vcpus: u32 },
+    #[error("{host} host CPUs for {vcpus} vCPUs: pinning would stack vCPUs on one CPU")]
+    StackedVcpus { host: usize, vcpus: u32 },
+    #[error("pin lists {listed} CPUs for {vcpus} vCPUs")]
+    ShortList { listed: usize, vcpus: u32 },
+    #[error("pin lists no CPU after the vCPUs'")]
+    NoCpuForOthers,
+    #[error("host CPU {cpu} is not one this host lets the testbed use ({allowed})")]
+    NotAllowed { cpu: u32, allowed: String },
+    #[error("{0:?} names a host CPU twice")]
+    Twice(Vec<u32>),
+    #[error(
+        "{listed} host CPUs for {vcpus} vCPUs: one per vCPU, then any for QEMU's other threads"
+    )]
+    FewerThanVcpus { listed: usize, vcpus: u32 },
+    #[error("CPU {cpu}: {source}")]
+    CpuSet { cpu: u32, source: nix::Error },
+    #[error("sched_setaffinity({tid}): {source}")]
+    SetAffinity { tid: u32, source: nix::Error },
+}
+
 /// `[vm] pin`: "off" (the default), "auto", or host CPUs by vCPU.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(try_from = "RawPin", into = "RawPin")]
@@ -35,14 +65,12 @@ enum RawPin {
 }
 
 impl TryFrom<RawPin> for PinSetting {
-    type Error = String;
-    fn try_from(r: RawPin) -> Result<Self, String> {
+    type Error = PinError;
+    fn try_from(r: RawPin) -> Result<Self, PinError> {
         match r {
             RawPin::Word(w) if w == "off" => Ok(PinSetting::Off),
             RawPin::Word(w) if w == "auto" => Ok(PinSetting::Auto),
-            RawPin::Word(w) => Err(format!(
-                "unknown pin {w:?}: use \"auto\", \"off\" or a list of host CPUs"
-            )),
+            RawPin::Word(w) => Err(PinError::UnknownWord(w)),
             RawPin::Cpus(c) => Ok(PinSetting::Cpus(c)),
         }
     }
@@ -72,15 +100,15 @@ impl fmt::Display for PinSetting {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinPlan {
     /// By vCPU index.
-    pub vcpus: Vec<Result<u32, String>>,
-    pub others: Result<Vec<u32>, String>,
+    pub vcpus: Vec<Result<u32, PinError>>,
+    pub others: Result<Vec<u32>, PinError>,
 }
 
 impl PinPlan {
-    fn none(vcpus: u32, why: &str) -> PinPlan {
+    fn none(vcpus: u32, why: PinError) -> PinPlan {
         PinPlan {
-            vcpus: (0..vcpus).map(|_| Err(why.to_string())).collect(),
-            others: Err(why.to_string()),
+            vcpus: (0..vcpus).map(|_| Err(why.clone())).collect(),
+            others: Err(why),
         }
     }
 }
@@ -89,35 +117,38 @@ impl PinPlan {
 pub fn plan(setting: &PinSetting, vcpus: u32, host: &[u32]) -> PinPlan {
     let n = vcpus as usize;
     match setting {
-        PinSetting::Off => PinPlan::none(vcpus, "pin = \"off\""),
+        PinSetting::Off => PinPlan::none(vcpus, PinError::Off),
         PinSetting::Auto if host.len() > n => PinPlan {
             vcpus: host[1..=n].iter().map(|c| Ok(*c)).collect(),
             others: Ok(vec![host[0]]),
         },
         PinSetting::Auto if host.len() == n => PinPlan {
             vcpus: host.iter().map(|c| Ok(*c)).collect(),
-            others: Err(format!(
-                "no spare host CPU ({} CPUs, {vcpus} vCPUs): each vCPU has one",
-                host.len()
-            )),
+            others: Err(PinError::NoSpareCpu {
+                host: host.len(),
+                vcpus,
+            }),
         },
         PinSetting::Auto => PinPlan::none(
             vcpus,
-            &format!(
-                "{} host CPUs for {vcpus} vCPUs: pinning would stack vCPUs on one CPU",
-                host.len()
-            ),
+            PinError::StackedVcpus {
+                host: host.len(),
+                vcpus,
+            },
         ),
         PinSetting::Cpus(list) if list.len() < n => PinPlan::none(
             vcpus,
-            &format!("pin lists {} CPUs for {vcpus} vCPUs", list.len()),
+            PinError::ShortList {
+                listed: list.len(),
+                vcpus,
+            },
         ),
         PinSetting::Cpus(list) => PinPlan {
             vcpus: list[..n].iter().map(|c| Ok(*c)).collect(),
             others: if list.len() > n {
                 Ok(list[n..].to_vec())
             } else {
-                Err("pin lists no CPU after the vCPUs'".into())
+                Err(PinError::NoCpuForOthers)
             },
         },
     }
@@ -135,24 +166,24 @@ pub fn host_cpus() -> Vec<u32> {
 }
 
 /// Whether an explicit list fits this host: the message for a spec error.
-pub fn check_list(list: &[u32], vcpus: u32, host: &[u32]) -> Result<(), String> {
-    if let Some(bad) = list.iter().find(|c| !host.contains(c)) {
-        return Err(format!(
-            "host CPU {bad} is not one this host lets the testbed use ({})",
-            cpu_list(host)
-        ));
+pub fn check_list(list: &[u32], vcpus: u32, host: &[u32]) -> Result<(), PinError> {
+    if let Some(&cpu) = list.iter().find(|c| !host.contains(c)) {
+        return Err(PinError::NotAllowed {
+            cpu,
+            allowed: cpu_list(host),
+        });
     }
     let mut seen = list.to_vec();
     seen.sort_unstable();
     seen.dedup();
     if seen.len() != list.len() {
-        return Err(format!("{list:?} names a host CPU twice"));
+        return Err(PinError::Twice(list.to_vec()));
     }
     if list.len() < vcpus as usize {
-        return Err(format!(
-            "{} host CPUs for {vcpus} vCPUs: one per vCPU, then any for QEMU's other threads",
-            list.len()
-        ));
+        return Err(PinError::FewerThanVcpus {
+            listed: list.len(),
+            vcpus,
+        });
     }
     Ok(())
 }
@@ -194,19 +225,20 @@ pub struct Pinning {
     pub others: Vec<PinnedThread>,
 }
 
-fn set_affinity(tid: u32, cpus: &[u32]) -> Result<(), String> {
+fn set_affinity(tid: u32, cpus: &[u32]) -> Result<(), PinError> {
     let mut set = nix::sched::CpuSet::new();
-    for &c in cpus {
-        set.set(c as usize).map_err(|e| format!("CPU {c}: {e}"))?;
+    for &cpu in cpus {
+        set.set(cpu as usize)
+            .map_err(|source| PinError::CpuSet { cpu, source })?;
     }
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid as i32), &set)
-        .map_err(|e| format!("sched_setaffinity({tid}): {e}"))
+        .map_err(|source| PinError::SetAffinity { tid, source })
 }
 
-fn pin_one(vcpu: Option<u32>, tid: u32, target: Result<Vec<u32>, String>) -> PinnedThread {
+fn pin_one(vcpu: Option<u32>, tid: u32, target: Result<Vec<u32>, PinError>) -> PinnedThread {
     let (host_cpus, not_pinned) = match target.and_then(|c| set_affinity(tid, &c).map(|()| c)) {
         Ok(c) => (c, None),
-        Err(why) => (Vec::new(), Some(why)),
+        Err(why) => (Vec::new(), Some(why.to_string())),
     };
     PinnedThread {
         vcpu,
@@ -313,7 +345,12 @@ mod tests {
     fn auto_on_as_many_cpus_as_vcpus_pins_only_the_vcpus() {
         let p = plan(&PinSetting::Auto, 2, &[0, 1]);
         assert_eq!(p.vcpus, vec![Ok(0), Ok(1)]);
-        assert!(p.others.unwrap_err().contains("no spare host CPU"));
+        assert!(
+            p.others
+                .unwrap_err()
+                .to_string()
+                .contains("no spare host CPU")
+        );
     }
 
     #[test]
@@ -321,7 +358,12 @@ mod tests {
         let p = plan(&PinSetting::Auto, 4, &[0, 1]);
         assert_eq!(p.vcpus.len(), 4);
         for v in &p.vcpus {
-            assert!(v.as_ref().unwrap_err().contains("2 host CPUs for 4 vCPUs"));
+            assert!(
+                v.as_ref()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("2 host CPUs for 4 vCPUs")
+            );
         }
         assert!(p.others.is_err());
     }
@@ -338,6 +380,7 @@ mod tests {
             p.vcpus[0]
                 .as_ref()
                 .unwrap_err()
+                .to_string()
                 .contains("1 CPUs for 2 vCPUs")
         );
     }
@@ -345,16 +388,18 @@ mod tests {
     #[test]
     fn explicit_lists_are_checked_against_the_host() {
         assert_eq!(check_list(&[1, 0], 2, &[0, 1]), Ok(()));
-        let e = check_list(&[0, 5], 2, &[0, 1]).unwrap_err();
+        let e = check_list(&[0, 5], 2, &[0, 1]).unwrap_err().to_string();
         assert!(e.contains("host CPU 5") && e.contains("(0-1)"), "{e}");
         assert!(
             check_list(&[1, 1], 2, &[0, 1])
                 .unwrap_err()
+                .to_string()
                 .contains("twice")
         );
         assert!(
             check_list(&[1], 2, &[0, 1])
                 .unwrap_err()
+                .to_string()
                 .contains("1 host CPUs for 2 vCPUs")
         );
     }

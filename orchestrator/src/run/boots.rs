@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{RunError, RunOptions, RunResult};
-use crate::executor::{BootError, Executor, PointOutcome};
+use crate::executor::{Boot, BootError, Executor, PointOutcome};
 use crate::noise::{HostNoise, Snapshot};
 use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
@@ -169,7 +169,12 @@ pub(super) fn run_boots(
             }
             progress_cell.borrow_mut().event(e)
         };
-        let result = executor.run_boot(boot_index, &batch, &mut on_point, &mut events);
+        let result = executor.run_boot(Boot {
+            index: boot_index,
+            points: &batch,
+            on_point: &mut on_point,
+            events: &mut events,
+        });
         match result {
             Ok((record, handled)) => {
                 if let Some(ms) = record.ready_ms {
@@ -423,6 +428,21 @@ struct Measured {
     previous: Option<PointRecord>,
 }
 
+/// Why a finished point could not be stored (the run stops: going on
+/// would leave it out of a run that looks complete).
+#[derive(Debug, thiserror::Error)]
+enum StoreError {
+    #[error(transparent)]
+    Samples(#[from] samples::SamplesError),
+    #[error("encode its record: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("{}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Writes a finished point: samples first, then its record (the record's
 /// presence is what marks the point done for --resume). A rerun keeps the
 /// earlier measurement in the record; a rerun that fails keeps the earlier
@@ -433,7 +453,7 @@ fn store_point(
     point: &Point,
     outcome: PointOutcome,
     measured: Measured,
-) -> Result<PointRecord, String> {
+) -> Result<PointRecord, StoreError> {
     let Measured {
         boot,
         noise,
@@ -459,9 +479,10 @@ fn store_point(
             rec
         }
     };
-    let text = serde_json::to_vec_pretty(&rec).map_err(|e| e.to_string())?;
+    let text = serde_json::to_vec_pretty(&rec)?;
     let path = rd.point_record(&rec.id);
-    crate::fsutil::write_atomic(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::fsutil::write_atomic(&path, &text)
+        .map_err(|source| StoreError::Write { path, source })?;
     Ok(rec)
 }
 
@@ -472,7 +493,7 @@ fn new_record(
     point: &Point,
     outcome: PointOutcome,
     boot: u32,
-) -> Result<PointRecord, String> {
+) -> Result<PointRecord, StoreError> {
     let mut rec = PointRecord {
         id: point.id(),
         point: point.point,
@@ -496,8 +517,7 @@ fn new_record(
             wall_s,
         } => {
             let rows =
-                samples::write_point(run_id, point, boot, &spilled, &rd.point_samples(&rec.id))
-                    .map_err(|e| e.to_string())?;
+                samples::write_point(run_id, point, boot, &spilled, &rd.point_samples(&rec.id))?;
             rec.ok = true;
             rec.samples = rows as usize;
             rec.wall_s = Some(wall_s);

@@ -275,7 +275,7 @@ mod tests {
     use testbed_agent::protocol::SampleChunk;
 
     use super::*;
-    use crate::executor::{BootError, BootRecord, OnPoint, PointOutcome};
+    use crate::executor::{Boot, BootError, BootRecord, PointOutcome};
     use crate::plan::Point;
     use crate::progress::{Collect, Event};
     use crate::results::spill::SpillFile;
@@ -313,13 +313,8 @@ mod tests {
     }
 
     impl Executor for Standin {
-        fn run_boot(
-            &mut self,
-            index: u32,
-            points: &[Point],
-            on_point: &mut OnPoint<'_>,
-            events: &mut dyn FnMut(Event),
-        ) -> Result<(BootRecord, usize), BootError> {
+        fn run_boot(&mut self, boot: Boot<'_>) -> Result<(BootRecord, usize), BootError> {
+            let index = boot.index;
             self.boots.borrow_mut().push(index);
             let label = if index == 0 {
                 String::new()
@@ -334,16 +329,16 @@ mod tests {
             if self.limits.fail_from_boot.is_some_and(|b| index >= b) {
                 return Err(BootError::StandIn);
             }
-            events(Event::BootStarted {
+            (boot.events)(Event::BootStarted {
                 index,
                 accel: "standin".into(),
             });
             let mut record = boot_record(index);
             let spill = self.dir.join("spill");
             std::fs::create_dir_all(&spill).unwrap();
-            let n = self.limits.points_per_boot.unwrap_or(points.len());
-            for p in points.iter().take(n) {
-                events(Event::PointStarted {
+            let n = self.limits.points_per_boot.unwrap_or(boot.points.len());
+            for p in boot.points.iter().take(n) {
+                (boot.events)(Event::PointStarted {
                     id: p.id(),
                     label: p.label(),
                 });
@@ -351,7 +346,7 @@ mod tests {
                 let Some(outcome) = (self.script)(index, p, &spill) else {
                     continue;
                 };
-                if let Err(e) = on_point(p, outcome) {
+                if let Err(e) = (boot.on_point)(p, outcome) {
                     record.ended = format!("stopped: {e}");
                     let handled = record.points.len();
                     return Ok((record, handled));

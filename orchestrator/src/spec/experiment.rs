@@ -50,14 +50,27 @@ pub enum ExecutorKind {
     Slurm,
 }
 
+/// A word a command line or spec gave that is none of the choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}: use {choices}")]
+pub struct UnknownChoice {
+    pub what: &'static str,
+    pub given: String,
+    pub choices: &'static str,
+}
+
 impl std::str::FromStr for ExecutorKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         match s {
             "qemu" => Ok(ExecutorKind::Qemu),
             "host" => Ok(ExecutorKind::Host),
             "slurm" => Ok(ExecutorKind::Slurm),
-            _ => Err(format!("unknown executor {s:?}: use qemu, host or slurm")),
+            _ => Err(UnknownChoice {
+                what: "executor",
+                given: s.into(),
+                choices: "qemu, host or slurm",
+            }),
         }
     }
 }
@@ -100,35 +113,41 @@ pub const MAX_NAME_LEN: usize = 64;
 /// The experiment name becomes `results/<name>/`, so it must be one plain
 /// path component that stays inside `results/`: no `/`, not `.` or `..`,
 /// not hidden, no control characters.
-pub fn check_experiment_name(name: &str) -> Result<(), String> {
+pub fn check_experiment_name(name: &str) -> Result<(), BadName> {
     if name.trim().is_empty() {
-        return Err("must not be empty".into());
+        return Err(BadName::Empty);
     }
     if name.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "is {} bytes long: at most {MAX_NAME_LEN} (it names the results directory)",
-            name.len()
-        ));
+        return Err(BadName::TooLong(name.len()));
     }
     if name == "." || name == ".." {
-        return Err(format!(
-            "{name:?} would put the run directory outside results/: use a plain name"
-        ));
+        return Err(BadName::Outside(name.into()));
     }
     if name.starts_with('.') {
-        return Err(format!(
-            "{name:?} starts with '.': the results directory would be hidden"
-        ));
+        return Err(BadName::Hidden(name.into()));
     }
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
     {
-        return Err(format!(
-            "{name:?}: use only letters, digits, '-', '_' and '.' (it names the results directory)"
-        ));
+        return Err(BadName::Characters(name.into()));
     }
     Ok(())
+}
+
+/// Why an experiment name cannot name its results directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadName {
+    #[error("must not be empty")]
+    Empty,
+    #[error("is {0} bytes long: at most {MAX_NAME_LEN} (it names the results directory)")]
+    TooLong(usize),
+    #[error("{0:?} would put the run directory outside results/: use a plain name")]
+    Outside(String),
+    #[error("{0:?} starts with '.': the results directory would be hidden")]
+    Hidden(String),
+    #[error("{0:?}: use only letters, digits, '-', '_' and '.' (it names the results directory)")]
+    Characters(String),
 }
 
 /// `[experiment]`: a usable name, repetitions and boots, a noise limit that
@@ -136,7 +155,7 @@ pub fn check_experiment_name(name: &str) -> Result<(), String> {
 pub(super) fn check_experiment(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let spec = &loaded.spec;
     if let Err(why) = check_experiment_name(&spec.experiment.name) {
-        return Err(loaded.error_at("experiment", Some("name"), why));
+        return Err(loaded.error_at("experiment", Some("name"), why.to_string()));
     }
     if spec.experiment.repetitions == 0 {
         return Err(loaded.error_at("experiment", Some("repetitions"), "must be at least 1"));

@@ -3,13 +3,17 @@
 use super::*;
 
 impl std::str::FromStr for AccelChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownChoice;
+    fn from_str(s: &str) -> Result<Self, UnknownChoice> {
         match s {
             "auto" => Ok(AccelChoice::Auto),
             "kvm" => Ok(AccelChoice::Kvm),
             "tcg" => Ok(AccelChoice::Tcg),
-            _ => Err(format!("unknown accelerator {s:?}: use auto, kvm or tcg")),
+            _ => Err(UnknownChoice {
+                what: "accelerator",
+                given: s.into(),
+                choices: "auto, kvm or tcg",
+            }),
         }
     }
 }
