@@ -93,23 +93,21 @@ pub fn size(view: &View<'_>) -> (u32, u32) {
     (w, title_height(view, w) + rows * PANEL_H + caption)
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
+/// What plotters says when drawing on backend `DB` fails.
+pub type DrawError<DB> = DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>;
 
 pub fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     view: &View<'_>,
-) -> Result<(), String> {
+) -> Result<(), DrawError<DB>> {
     let (w, _) = size(view);
-    root.fill(&WHITE).map_err(err)?;
+    root.fill(&WHITE)?;
     for (i, line) in title_lines(view, w).into_iter().enumerate() {
         root.draw(&Text::new(
             line,
             (MARGIN as i32, 14 + (i as u32 * TITLE_LINE) as i32),
             (FAMILY, TITLE_SIZE).into_font().color(&BLACK),
-        ))
-        .map_err(err)?;
+        ))?;
     }
     let cols = columns(view.panels.len());
     let rows = (view.panels.len() as u32).div_ceil(cols).max(1);
@@ -147,8 +145,7 @@ pub fn draw<DB: DrawingBackend>(
             (FAMILY, CAPTION_SIZE)
                 .into_font()
                 .color(&RGBColor(40, 40, 40)),
-        ))
-        .map_err(err)?;
+        ))?;
     }
     Ok(())
 }
@@ -276,7 +273,7 @@ fn draw_panel<DB: DrawingBackend>(
     panel: &Panel,
     data: &PanelData,
     x: Option<(f64, f64)>,
-) -> Result<(), String> {
+) -> Result<(), DrawError<DB>> {
     let r = ranges(panel, data);
     let (x0, x1) = x.unwrap_or(if panel.x.log { (1.0, 10.0) } else { (0.0, 1.0) });
     let xr = x0..x1;
@@ -377,7 +374,7 @@ fn chart<DB, X, Y>(
     data: &PanelData,
     x: X,
     y: Y,
-) -> Result<(), String>
+) -> Result<(), DrawError<DB>>
 where
     DB: DrawingBackend,
     X: AsRangedCoord<Value = f64>,
@@ -395,8 +392,7 @@ where
         .margin(8)
         .x_label_area_size(46)
         .y_label_area_size(74)
-        .build_cartesian_2d(x, y)
-        .map_err(err)?;
+        .build_cartesian_2d(x, y)?;
     let cats = data.categories.clone();
     let yfmt = |v: &f64| tick(*v);
     let ref_xs = panel
@@ -443,8 +439,7 @@ where
         .bold_line_style(RGBColor(214, 214, 214))
         .light_line_style(RGBColor(244, 244, 244))
         .max_light_lines(2)
-        .draw()
-        .map_err(err)?;
+        .draw()?;
 
     let keys = colour_keys(panel, data);
     let (x0, x1) = (ch.x_range().start, ch.x_range().end);
@@ -462,21 +457,18 @@ where
         let line = ShapeStyle::from(&c).stroke_width(2);
         if !categorical {
             for seg in segments(s, data) {
-                ch.draw_series(std::iter::once(PathElement::new(seg, line)))
-                    .map_err(err)?;
+                ch.draw_series(std::iter::once(PathElement::new(seg, line)))?;
             }
         }
         for p in &s.points {
             if let (Some(lo), Some(hi)) = (p.est.lo, p.est.hi) {
                 let xp = p.x.pos() + dx;
                 let bar = ShapeStyle::from(&c).stroke_width(1);
-                ch.draw_series([PathElement::new(vec![(xp, lo), (xp, hi)], bar)])
-                    .map_err(err)?;
+                ch.draw_series([PathElement::new(vec![(xp, lo), (xp, hi)], bar)])?;
                 for yv in [lo, hi] {
                     ch.draw_series(std::iter::once(
                         EmptyElement::at((xp, yv)) + PathElement::new(vec![(-5, 0), (5, 0)], bar),
-                    ))
-                    .map_err(err)?;
+                    ))?;
                 }
             }
         }
@@ -489,8 +481,7 @@ where
             s.points
                 .iter()
                 .map(|p| Circle::new((p.x.pos() + dx, p.est.value), 4, c.filled())),
-        )
-        .map_err(err)?
+        )?
         .label(label)
         .legend(move |(lx, ly)| {
             EmptyElement::at((lx + 8, ly))
@@ -505,7 +496,7 @@ where
             let el = EmptyElement::at((g.x.pos(), y0))
                 + PathElement::new(vec![(-6, -14), (6, -2)], red)
                 + PathElement::new(vec![(-6, -2), (6, -14)], red);
-            let drawn = ch.draw_series(std::iter::once(el)).map_err(err)?;
+            let drawn = ch.draw_series(std::iter::once(el))?;
             if first {
                 drawn.label("failed point (gap)").legend(move |(lx, ly)| {
                     EmptyElement::at((lx + 8, ly))
@@ -529,18 +520,18 @@ where
             .into_font()
             .color(&RGBColor(120, 120, 120))
             .pos(Pos::new(HPos::Center, VPos::Center));
-        ch.plotting_area()
-            .strip_coord_spec()
-            .draw(&Text::new(msg, (w as i32 / 2, h as i32 * 7 / 8), style))
-            .map_err(err)?;
+        ch.plotting_area().strip_coord_spec().draw(&Text::new(
+            msg,
+            (w as i32 / 2, h as i32 * 7 / 8),
+            style,
+        ))?;
     }
     ch.configure_series_labels()
         .position(legend_pos(panel.legend))
         .label_font((FAMILY, 13).into_font())
         .background_style(WHITE.mix(0.9))
         .border_style(RGBColor(170, 170, 170))
-        .draw()
-        .map_err(err)?;
+        .draw()?;
     Ok(())
 }
 
@@ -551,7 +542,7 @@ fn draw_reference<'a, DB, X, Y>(
     cats: Option<&Vec<String>>,
     (x0, x1): (f64, f64),
     dx: f64,
-) -> Result<(), String>
+) -> Result<(), DrawError<DB>>
 where
     DB: DrawingBackend + 'a,
     X: Ranged<ValueType = f64>,
@@ -572,15 +563,13 @@ where
                     6,
                     4,
                     ShapeStyle::from(&c).stroke_width(1),
-                ))
-                .map_err(err)?;
+                ))?;
             }
             let shape = move |p: (f64, f64)| {
                 EmptyElement::at(p)
                     + PathElement::new(vec![(0, -7), (7, 0), (0, 7), (-7, 0), (0, -7)], stroke)
             };
-            ch.draw_series(pts.into_iter().map(shape))
-                .map_err(err)?
+            ch.draw_series(pts.into_iter().map(shape))?
                 .label(r.label.clone())
                 .legend(move |(lx, ly)| {
                     EmptyElement::at((lx + 8, ly))
@@ -589,8 +578,7 @@ where
         }
         RefKind::Hline => {
             let v = r.value.unwrap_or(f64::NAN);
-            ch.draw_series(DashedLineSeries::new(vec![(x0, v), (x1, v)], 10, 6, stroke))
-                .map_err(err)?
+            ch.draw_series(DashedLineSeries::new(vec![(x0, v), (x1, v)], 10, 6, stroke))?
                 .label(r.label.clone())
                 .legend(move |(lx, ly)| {
                     EmptyElement::at((lx, ly))
@@ -602,8 +590,7 @@ where
             let (lo, hi) = (r.low.unwrap_or(f64::NAN), r.high.unwrap_or(f64::NAN));
             let (a, b) = (r.x_from.unwrap_or(x0), r.x_to.unwrap_or(x1));
             let fill = c.mix(0.14).filled();
-            ch.draw_series(std::iter::once(Rectangle::new([(a, lo), (b, hi)], fill)))
-                .map_err(err)?
+            ch.draw_series(std::iter::once(Rectangle::new([(a, lo), (b, hi)], fill)))?
                 .label(r.label.clone())
                 .legend(move |(lx, ly)| Rectangle::new([(lx, ly - 5), (lx + 16, ly + 5)], fill));
             ch.draw_series(DashedLineSeries::new(
@@ -611,15 +598,13 @@ where
                 6,
                 4,
                 ShapeStyle::from(&c).stroke_width(1),
-            ))
-            .map_err(err)?;
+            ))?;
             ch.draw_series(DashedLineSeries::new(
                 vec![(a, hi), (b, hi)],
                 6,
                 4,
                 ShapeStyle::from(&c).stroke_width(1),
-            ))
-            .map_err(err)?;
+            ))?;
         }
     }
     Ok(())

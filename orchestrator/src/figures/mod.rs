@@ -170,7 +170,7 @@ pub fn render_svg(fig: &Figure) -> Result<String, FigureError> {
     };
     {
         let root = svg::SvgBackend::new(&mut out, size).into_drawing_area();
-        draw::draw(&root, &v).map_err(derr)?;
+        draw::draw(&root, &v).map_err(|e| derr(e.to_string()))?;
         root.present().map_err(|e| derr(e.to_string()))?;
     }
     Ok(out)
@@ -187,12 +187,12 @@ pub fn render_png(fig: &Figure) -> Result<Vec<u8>, FigureError> {
     let mut buf = vec![255u8; size.0 as usize * size.1 as usize * 3];
     {
         let root = png::PngBackend::new(&mut buf, size)
-            .map_err(derr)?
+            .map_err(|e| derr(e.to_string()))?
             .into_drawing_area();
-        draw::draw(&root, &v).map_err(derr)?;
+        draw::draw(&root, &v).map_err(|e| derr(e.to_string()))?;
         root.present().map_err(|e| derr(e.to_string()))?;
     }
-    png::encode(&buf, size).map_err(derr)
+    png::encode(&buf, size).map_err(|e| derr(e.to_string()))
 }
 
 /// The numbers a figure shows, as JSON beside the images.

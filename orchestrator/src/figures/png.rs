@@ -11,6 +11,15 @@ use plotters_backend::{
 
 use super::font;
 
+/// Why a figure's PNG could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PngError {
+    #[error("bitmap buffer: {len} bytes for {}×{} RGB pixels", size.0, size.1)]
+    Buffer { len: usize, size: (u32, u32) },
+    #[error("png: {0}")]
+    Encode(#[from] png::EncodingError),
+}
+
 pub struct PngBackend<'a> {
     inner: BitMapBackend<'a, RGBPixel>,
 }
@@ -21,9 +30,11 @@ type Res<'a> = Result<(), DrawingErrorKind<Err<'a>>>;
 
 impl<'a> PngBackend<'a> {
     /// Draws into `buf`, which must hold width × height × 3 bytes.
-    pub fn new(buf: &'a mut [u8], size: (u32, u32)) -> Result<Self, String> {
+    pub fn new(buf: &'a mut [u8], size: (u32, u32)) -> Result<Self, PngError> {
+        let len = buf.len();
+        // Plotters refuses a buffer of another size than width × height × 3.
         let inner = BitMapBackend::<RGBPixel>::with_buffer_and_format(buf, size)
-            .map_err(|e| format!("bitmap buffer: {e}"))?;
+            .map_err(|_| PngError::Buffer { len, size })?;
         Ok(PngBackend { inner })
     }
 }
@@ -132,18 +143,16 @@ impl<'a> DrawingBackend for PngBackend<'a> {
 }
 
 /// Encodes an RGB buffer as PNG (no time or text chunks).
-pub fn encode(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>, String> {
+pub fn encode(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>, PngError> {
     let mut out = Vec::new();
     {
         let mut enc = png::Encoder::new(&mut out, w, h);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
         enc.set_compression(png::Compression::Best);
-        let mut writer = enc.write_header().map_err(|e| format!("png: {e}"))?;
-        writer
-            .write_image_data(rgb)
-            .map_err(|e| format!("png: {e}"))?;
-        writer.finish().map_err(|e| format!("png: {e}"))?;
+        let mut writer = enc.write_header()?;
+        writer.write_image_data(rgb)?;
+        writer.finish()?;
     }
     Ok(out)
 }
