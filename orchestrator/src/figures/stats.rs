@@ -320,17 +320,25 @@ enum PairKey {
     Id(u32, u32),
 }
 
+/// A repetition's key; by boot only where every repetition of its point
+/// has one (`with_boots`), so a point's keys are all of one kind.
+fn pair_key(r: &Rep, with_boots: bool) -> Option<PairKey> {
+    let (point, rep) = r.id?;
+    Some(match r.boot {
+        Some(boot) if with_boots => PairKey::Boot { boot, rep },
+        _ => PairKey::Id(point, rep),
+    })
+}
+
+fn all_booted(reps: &[Rep]) -> bool {
+    reps.iter().all(|r| r.boot.is_some())
+}
+
 fn sorted_keys(reps: &[Rep]) -> Option<Vec<PairKey>> {
-    let with_boots = reps.iter().all(|r| r.boot.is_some());
+    let with_boots = all_booted(reps);
     let mut keys: Vec<PairKey> = reps
         .iter()
-        .map(|r| {
-            let (point, rep) = r.id?;
-            Some(match r.boot {
-                Some(boot) if with_boots => PairKey::Boot { boot, rep },
-                _ => PairKey::Id(point, rep),
-            })
-        })
+        .map(|r| pair_key(r, with_boots))
         .collect::<Option<_>>()?;
     keys.sort_unstable();
     Some(keys)
@@ -390,15 +398,9 @@ where
         .map(|p| match p {
             Spread::Reps(r) => {
                 let mut r = r.to_vec();
-                let with_boots = r.iter().all(|r| r.boot.is_some());
-                r.sort_by_key(|r| {
-                    let rep = r.id.map(|(_, rep)| rep);
-                    if with_boots {
-                        (r.boot, rep, r.id)
-                    } else {
-                        (None, None, r.id)
-                    }
-                });
+                let with_boots = all_booted(&r);
+                // The order `sorted_keys` compares in, ids breaking ties.
+                r.sort_by_key(|x| (pair_key(x, with_boots), x.id));
                 r
             }
             Spread::Normal { .. } => Vec::new(),
