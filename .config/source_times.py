@@ -21,10 +21,19 @@ tracked file:
 Why that is safe: every artifact newer than a file's recorded time was
 built while the file had the recorded content, as long as every build into
 the target dir went through `./x` since the record was kept. A build by
-anything else (a plain `cargo test` in a checkout, another checkout) leaves
-cargo fingerprints newer than the record; then the record is not used, the
-files keep the times they have (cargo's own rule, as without this script)
-and the times they have are recorded for the next time.
+anything else (a plain `cargo test` in a long-lived checkout, another
+checkout) leaves rustc's dep-info files (`deps/*.d`, the sources each unit
+read) newer than the record: every tracked file they name gets the current
+time too, so what that build compiled, from whatever content, is compiled
+again, and nothing else is.
+
+One more thing ties an artifact to a checkout: `env!("CARGO_MANIFEST_DIR")`
+compiles the building checkout's path in (the testbed finds its tree that
+way, tests their fixtures), and cargo does not rebuild when it changes. A
+unit whose dep-info names another checkout's path there has its sources
+count as changed too, so it is compiled again with this one's; units that
+compile no path in (DataFusion's engine, the Flight and ArrowSAM crates)
+are kept wherever they were built.
 
   source_times.py restore --root DIR --target DIR
       sets the times; the record to keep waits beside the old one (.pending)
@@ -33,9 +42,11 @@ and the times they have are recorded for the next time.
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,46 +80,97 @@ def sha256(path):
     return h.hexdigest()
 
 
-def newest_fingerprint(target):
-    """The newest modification time (ns) of any cargo fingerprint file under
-    target (every profile and target triple), 0 if none."""
-    newest = 0
-    for dirpath, dirnames, filenames in os.walk(target):
-        # Fingerprints live in <profile>/.fingerprint and
-        # <triple>/<profile>/.fingerprint; skip the bulky rest.
-        if os.path.basename(dirpath) == ".fingerprint":
-            for unit in dirnames:
-                unit_dir = os.path.join(dirpath, unit)
-                try:
-                    for name in os.listdir(unit_dir):
-                        newest = max(newest, os.lstat(os.path.join(unit_dir, name)).st_mtime_ns)
-                except OSError:
-                    continue
-            dirnames[:] = []
+def dep_info_files(target):
+    """rustc's dep-info files of every profile and target triple:
+    <profile>/deps/*.d and <triple>/<profile>/deps/*.d."""
+    for pattern in ("*/deps/*.d", "*/*/deps/*.d"):
+        yield from glob.glob(os.path.join(target, pattern))
+
+
+def read_since(target, since_ns):
+    """Paths named by the dep-info files written after since_ns: the
+    sources of the units built since then, as written (relative to the
+    workspace that built them, or absolute)."""
+    named = set()
+    for path in dep_info_files(target):
+        try:
+            if os.stat(path).st_mtime_ns <= since_ns:
+                continue
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                named |= dep_info_paths(f.read())
+        except OSError:
             continue
-        depth = os.path.relpath(dirpath, target).count(os.sep)
-        dirnames[:] = [d for d in dirnames if d == ".fingerprint" or depth < 2 and d not in
-                       ("deps", "build", "incremental", "nextest", "cargo-timings", "doc")]
-    return newest
+    return named
+
+
+def built_elsewhere(target, root):
+    """Paths named by dep-info files whose unit compiled in the path of a
+    checkout other than root (`# env-dep:CARGO_MANIFEST_DIR=...`)."""
+    root = os.path.realpath(root)
+    named = set()
+    for path in dep_info_files(target):
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if "# env-dep:CARGO_MANIFEST_" not in text:
+            continue
+        foreign = False
+        for line in text.splitlines():
+            for var in ("# env-dep:CARGO_MANIFEST_DIR=", "# env-dep:CARGO_MANIFEST_PATH="):
+                if line.startswith(var):
+                    value = os.path.realpath(line[len(var):])
+                    foreign |= value != root and not value.startswith(root + os.sep)
+        if foreign:
+            named |= dep_info_paths(text)
+    return named
+
+
+def dep_info_paths(text):
+    """The paths a dep-info file lists: "output: source source..." and
+    "source:" lines; spaces in a path are escaped with a backslash."""
+    named = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        _, sep, rest = line.partition(": ")
+        if not sep:
+            rest = line[:-1] if line.endswith(":") else ""
+        for p in re.split(r"(?<!\\) ", rest):
+            if p:
+                named.add(p.replace("\\ ", " "))
+    return named
+
+
+def tracked_among(named, tracked):
+    """The tracked paths that a dep-info path names, matched by their
+    trailing components (the building checkout may be anywhere)."""
+    hits = set()
+    for p in named:
+        parts = p.split("/")
+        for i in range(len(parts)):
+            rel = "/".join(parts[i:])
+            if rel in tracked:
+                hits.add(rel)
+                break
+    return hits
 
 
 def load_record(target):
-    """The record's files, or {} with the reason it cannot be used."""
+    """The record's files and when it was kept, or ({}, None, why not)."""
     path = os.path.join(target, RECORD)
     if not os.path.exists(path):
-        return {}, "no record of earlier builds in this target dir"
+        return {}, None, "no record of earlier builds in this target dir"
     try:
         with open(path) as f:
             record = json.load(f)
         if record.get("version") != VERSION:
-            return {}, "the record is of another version"
+            return {}, None, "the record is of another version"
         files = record["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        return {}, "the record %s cannot be read (%s)" % (path, e)
-    kept = os.stat(path).st_mtime_ns
-    if newest_fingerprint(target) > kept:
-        return {}, "something other than ./x built into this target dir since the record"
-    return files, None
+        return {}, None, "the record %s cannot be read (%s)" % (path, e)
+    return files, os.stat(path).st_mtime_ns, None
 
 
 def restore(root, target):
@@ -117,7 +179,13 @@ def restore(root, target):
     if paths is None:
         log("not a git checkout: file times left as they are")
         return
-    old, why_not = load_record(target)
+    old, kept, why_not = load_record(target)
+    tracked = set(paths)
+    # Built since the record by something it did not see, or with another
+    # checkout's path compiled in: compiled again.
+    unseen = tracked_among(read_since(target, kept), tracked) if kept else set()
+    elsewhere = tracked_among(built_elsewhere(target, root), tracked) - unseen if kept else set()
+    unseen |= elsewhere
     files, same = {}, 0
     for rel in paths:
         path = os.path.join(root, rel)
@@ -128,7 +196,7 @@ def restore(root, target):
         if why_not:
             when = os.stat(path).st_mtime_ns
         else:
-            if seen and seen[0] == digest:
+            if seen and seen[0] == digest and rel not in unseen:
                 when = seen[1]
                 same += 1
             else:
@@ -142,7 +210,9 @@ def restore(root, target):
         log("source times: %s; the %d tracked files keep their times" % (why_not, len(files)))
     else:
         log("source times: %d of %d tracked files unchanged since they were built; "
-            "the rest count as changed" % (same, len(files)))
+            "the rest count as changed (%d read by a build ./x did not see, "
+            "%d by one with another checkout's path compiled in)"
+            % (same, len(files), len(unseen) - len(elsewhere), len(elsewhere)))
 
 
 def record(target):

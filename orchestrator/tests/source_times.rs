@@ -35,21 +35,24 @@ fn write(path: &Path, text: &str) {
     fs::write(path, text).expect("write");
 }
 
-/// A workspace of two independent crates, committed.
-fn origin(dir: &Path) {
+const PLAIN: &str = "pub fn f() -> u32 { 1 }\n";
+
+/// A workspace of independent crates (name, lib.rs), committed.
+fn origin(dir: &Path, crates: &[(&str, &str)]) {
+    let members: Vec<String> = crates.iter().map(|(n, _)| format!("{n:?}")).collect();
     write(
         &dir.join("Cargo.toml"),
-        "[workspace]\nmembers = [\"one\", \"two\"]\nresolver = \"2\"\n",
+        &format!(
+            "[workspace]\nmembers = [{}]\nresolver = \"2\"\n",
+            members.join(", ")
+        ),
     );
-    for name in ["one", "two"] {
+    for (name, lib) in crates {
         write(
             &dir.join(name).join("Cargo.toml"),
             &format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
         );
-        write(
-            &dir.join(name).join("src/lib.rs"),
-            "pub fn f() -> u32 { 1 }\n",
-        );
+        write(&dir.join(name).join("src/lib.rs"), lib);
     }
     run(Command::new("git").arg("init").arg("-q").arg(dir));
     git(dir, &["add", "."]);
@@ -69,7 +72,7 @@ fn times(action: &str, root: &Path, target: &Path) -> String {
     run(&mut cmd)
 }
 
-/// cargo build in `dir`: which of the two crates it compiled.
+/// cargo build in `dir`: which of the crates it compiled, by name.
 fn build(dir: &Path, target: &Path) -> Vec<&'static str> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let text = run(Command::new(cargo)
@@ -81,7 +84,7 @@ fn build(dir: &Path, target: &Path) -> Vec<&'static str> {
         .env_remove("CLIPPY_ARGS")
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_BUILD_TARGET"));
-    ["one", "two"]
+    ["one", "two", "baked"]
         .into_iter()
         .filter(|name| text.contains(&format!("Compiling {name} v0.1.0")))
         .collect()
@@ -99,7 +102,7 @@ fn x_build(dir: &Path, target: &Path) -> Vec<&'static str> {
 fn a_fresh_clone_rebuilds_only_what_changed_and_never_takes_a_change_for_fresh() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (repo, target) = (tmp.path().join("origin"), tmp.path().join("target"));
-    origin(&repo);
+    origin(&repo, &[("one", PLAIN), ("two", PLAIN)]);
     let checkout = |name: &str| {
         let dir = tmp.path().join(name);
         clone(&repo, &dir);
@@ -113,22 +116,19 @@ fn a_fresh_clone_rebuilds_only_what_changed_and_never_takes_a_change_for_fresh()
     );
     // Without the record a fresh clone compiles both again (its files are
     // newer than every artifact): what each CI run used to pay.
-    let plain = checkout("plain");
     assert_eq!(
-        build(&plain, &target),
+        build(&checkout("plain"), &target),
         ["one", "two"],
         "plain cargo in a fresh clone"
     );
-    // That plain build is not in the record, so the record is not used:
-    // the files keep their own times, newer than every artifact (cargo's
-    // rule), and what this build sees is recorded instead.
+    // That build is not in the record: what it read is compiled again.
     let b = checkout("b");
     let said = times("restore", &b, &target);
-    assert!(said.contains("something other than ./x built"), "{said}");
+    assert!(said.contains("2 read by a build ./x did not see"), "{said}");
     assert_eq!(
         build(&b, &target),
         ["one", "two"],
-        "files keep their own times"
+        "read by an unseen build"
     );
     times("record", &b, &target);
 
@@ -149,5 +149,42 @@ fn a_fresh_clone_rebuilds_only_what_changed_and_never_takes_a_change_for_fresh()
     assert!(
         x_build(&checkout("f"), &target).is_empty(),
         "unchanged again"
+    );
+
+    // A long-lived checkout where `one` is edited and built by plain cargo
+    // (a developer's `cargo test`): the next fresh clone compiles `one`
+    // again, from its own content, and `two` not at all.
+    let g = checkout("g");
+    assert!(x_build(&g, &target).is_empty(), "same commit");
+    write(&g.join("one/src/lib.rs"), "pub fn f() -> u32 { 3 }\n");
+    assert_eq!(build(&g, &target), ["one"], "the developer's build");
+    assert_eq!(x_build(&checkout("h"), &target), ["one"], "after it");
+}
+
+#[test]
+fn a_crate_that_compiles_its_checkouts_path_in_is_rebuilt_in_another_checkout() {
+    // `baked` is what the testbed and its tests are: env!("CARGO_MANIFEST_DIR")
+    // finds the tree. Reused from another checkout, it would read that one.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (repo, target) = (tmp.path().join("origin"), tmp.path().join("target"));
+    let baked = "pub fn tree() -> &'static str { env!(\"CARGO_MANIFEST_DIR\") }\n";
+    origin(&repo, &[("one", PLAIN), ("baked", baked)]);
+    let checkout = |name: &str| {
+        let dir = tmp.path().join(name);
+        clone(&repo, &dir);
+        dir
+    };
+    assert_eq!(x_build(&checkout("a"), &target), ["one", "baked"], "first");
+    let b = checkout("b");
+    let said = times("restore", &b, &target);
+    assert!(
+        said.contains("1 by one with another checkout's path compiled in"),
+        "{said}"
+    );
+    assert_eq!(build(&b, &target), ["baked"], "in another checkout");
+    times("record", &b, &target);
+    assert!(
+        x_build(&b, &target).is_empty(),
+        "again in the same checkout"
     );
 }
