@@ -89,7 +89,7 @@ pub fn select_specs(
     opts: &Options,
     figures: &BTreeSet<String>,
     defs: &BTreeMap<String, FigureDef>,
-) -> Vec<(PathBuf, Result<String, String>)> {
+) -> Vec<(PathBuf, Result<String, crate::spec::SpecError>)> {
     let mut out = Vec::new();
     for p in crate::show::find_specs(&opts.experiments) {
         if p.starts_with(&opts.definitions) || is_quick(&p) != opts.quick {
@@ -106,7 +106,7 @@ pub fn select_specs(
                     out.push((p, Ok(e.name.clone())));
                 }
             }
-            Err(err) => out.push((p, Err(err.to_string()))),
+            Err(err) => out.push((p, Err(err))),
         }
     }
     out
@@ -256,7 +256,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
             .display()
             .to_string();
         let result = loaded
-            .map_err(FigureError::Other)
+            .map_err(|e| FigureError::Spec(Box::new(e)))
             .and_then(|exp| ensure_run(opts, &spec, &exp, progress))
             .and_then(|dir| {
                 crate::phases::time("figures", || {

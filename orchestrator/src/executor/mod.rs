@@ -34,8 +34,23 @@ pub enum PointOutcome {
 // Defined with the manifest that stores it (results layer).
 pub use crate::results::manifest::BootRecord;
 
-/// Called with each finished point; an error stops the boot (e.g. a write failure).
-pub type OnPoint<'a> = dyn FnMut(&Point, PointOutcome) -> Result<(), String> + 'a;
+/// Called with each finished point; an error stops the boot.
+pub type OnPoint<'a> = dyn FnMut(&Point, PointOutcome) -> Result<(), PointRefused> + 'a;
+
+/// Why `on_point` stopped a boot before its last point.
+#[derive(Debug, thiserror::Error)]
+pub enum PointRefused {
+    /// The point could not be stored: going on would leave it out of a run
+    /// that looks complete.
+    #[error("could not store point {point}: {source}")]
+    Store {
+        point: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// `--fail-fast`: the run stops at its first failed point.
+    #[error("--fail-fast: stopping at the first failed point")]
+    FailFast,
+}
 
 /// One boot's work: its index in the run, its points in order, and where
 /// each point's outcome and the progress events go.

@@ -643,7 +643,10 @@ mod tests {
                 &mut |_, outcome| {
                     outcomes.push(outcome);
                     if refuse {
-                        Err("disk full".into())
+                        Err(crate::executor::PointRefused::Store {
+                            point: "p".into(),
+                            source: "disk full".into(),
+                        })
                     } else {
                         Ok(())
                     }
@@ -679,7 +682,7 @@ mod tests {
         let mut record = record();
         let (ended, outcomes, started) = run_two(&[done(0), done(1)], true, &mut record);
         assert_eq!(ended, PointsEnded::Stopped);
-        assert_eq!(record.ended, "stopped: disk full");
+        assert_eq!(record.ended, "stopped: could not store point p: disk full");
         assert_eq!(record.points, ["p0000-r00"]);
         assert_eq!((outcomes.len(), started), (1, 1));
     }

@@ -24,6 +24,9 @@ pub enum FigureError {
         found: String,
         expected: String,
     },
+    /// A spec `reproduce` would run does not load.
+    #[error(transparent)]
+    Spec(#[from] Box<crate::spec::SpecError>),
     #[error("{0}")]
     Other(String),
 }

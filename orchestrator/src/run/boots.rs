@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{RunError, RunOptions, RunResult};
-use crate::executor::{Boot, BootError, Executor, PointOutcome};
+use crate::executor::{Boot, BootError, Executor, PointOutcome, PointRefused};
 use crate::noise::{HostNoise, Snapshot};
 use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
@@ -137,7 +137,7 @@ pub(super) fn run_boots(
         // leave it out of a run that looks complete.
         let mut store_failed: Option<String> = None;
         let run_id = m.run_id.clone();
-        let mut on_point = |point: &Point, outcome: PointOutcome| -> Result<(), String> {
+        let mut on_point = |point: &Point, outcome: PointOutcome| -> Result<(), PointRefused> {
             let id = point.id();
             let noise = match (point_start.take(), Snapshot::take()) {
                 (Some(a), Some(b)) => Some(HostNoise::measure(&a, &b, noisy_above)),
@@ -150,16 +150,19 @@ pub(super) fn run_boots(
                 previous: records.get(&id).filter(|r| r.ok).cloned(),
             };
             let rec = store_point(rd, &run_id, point, outcome, stored).map_err(|e| {
-                let e = format!("could not store point {id}: {e}");
-                store_failed = Some(e.clone());
-                e
+                let refused = PointRefused::Store {
+                    point: id,
+                    source: Box::new(e),
+                };
+                store_failed = Some(refused.to_string());
+                refused
             })?;
             progress_note(&rec, &mut **progress_cell.borrow_mut());
             let ok = rec.ok;
             records.insert(rec.id.clone(), rec);
             if !ok && opts.fail_fast {
                 failed_fast = true;
-                return Err("--fail-fast: stopping at the first failed point".into());
+                return Err(PointRefused::FailFast);
             }
             Ok(())
         };
