@@ -30,6 +30,18 @@ fn main() {
         eprintln!("testbed-agent: run as PID 1 in a VM, or with --stdio on a host");
         std::process::exit(2);
     }
+    // PID 1 adopts every orphan (a job's daemon, a killed tool's children)
+    // and must wait for it, or it stays a zombie until the VM ends. Waiting
+    // for any child from the agent would take the statuses its own waits
+    // expect, so the agent runs as PID 1's child, and PID 1 only reaps
+    // (tini's model).
+    match init::fork_agent() {
+        Ok(Some(agent)) => init::reap_until(agent),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("testbed-agent: cannot fork the agent off PID 1 ({e}): orphans stay zombies")
+        }
+    }
     if let Err(e) = run_pid1() {
         eprintln!("testbed-agent: fatal: {e}");
     }

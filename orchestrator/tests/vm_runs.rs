@@ -306,6 +306,38 @@ heartbeat = "6s"
 }
 
 #[test]
+#[ignore = "boots a QEMU VM (seconds under TCG)"]
+fn pid_1_reaps_the_orphans_a_job_leaves() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        t.path(),
+        "orphans.toml",
+        r#"
+[experiment]
+name = "orphans"
+
+[vm]
+memory = "512M"
+
+[workload]
+kind = "fault"
+mode = "orphans"
+size = 100
+"#,
+    );
+    let out = t.path().join("run");
+    let o = run_spec(&spec, &out, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    let p = &points(&m)[0];
+    assert_eq!(p["ok"], true, "{p}");
+    // 100 orphans re-parented to PID 1, each exited a second before the count.
+    assert_eq!(p["summary"]["orphans"], 100, "{p}");
+    assert_eq!(p["summary"]["zombies"], 0, "{p}");
+}
+
+#[test]
 #[ignore = "boots QEMU VMs and kills one mid-run (minutes under TCG)"]
 fn killing_qemu_mid_run_fails_one_point_and_resume_completes_the_run() {
     let _g = serial();

@@ -86,6 +86,37 @@ pub fn cmdline_value(cmdline: &str, key: &str) -> Option<String> {
 
 /// Flushes disks and ends the VM. With QEMU's -no-reboot a reboot ends
 /// QEMU, which works even on kernels without ACPI power-off.
+/// Forks the agent off PID 1: `Some(agent)` in PID 1, `None` in the agent.
+pub fn fork_agent() -> nix::Result<Option<nix::unistd::Pid>> {
+    // SAFETY: PID 1 has started no thread yet, so the child may do anything.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child)),
+        nix::unistd::ForkResult::Child => Ok(None),
+    }
+}
+
+/// PID 1 after the fork: reaps every child it has (the agent's orphans)
+/// until the agent ends, then ends with the agent's status. The agent
+/// powers the VM off itself; if it dies instead, PID 1 ending panics the
+/// kernel ("Attempted to kill init!"), as when the agent was PID 1.
+pub fn reap_until(agent: nix::unistd::Pid) -> ! {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == agent => std::process::exit(code),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == agent => {
+                eprintln!("testbed-agent: the agent was killed by {signal}");
+                std::process::exit(128 + signal as i32)
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                eprintln!("testbed-agent: PID 1 cannot wait for its children: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+}
+
 pub fn power_off() -> ! {
     nix::unistd::sync();
     let _ = nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT);

@@ -10,7 +10,8 @@ use super::{JobContext, Summary, WorkloadError};
 pub enum FaultMode {
     /// The job returns an error (the agent survives).
     Error,
-    /// The agent process exits abruptly (as PID 1 this panics the kernel).
+    /// The agent process exits abruptly (PID 1 then ends too, which panics
+    /// the kernel).
     Exit,
     /// The kernel panics (via sysrq-trigger).
     Panic,
@@ -26,6 +27,11 @@ pub enum FaultMode {
     Nan,
     /// No fault: `size` samples of one metric, and success.
     Samples,
+    /// `size` orphans: grandchildren whose parent exits at once, so they
+    /// are re-parented to PID 1, and exit 10 ms later. A second later the
+    /// zombies left in the guest are counted (summary `zombies`): PID 1
+    /// reaps them, so there are none.
+    Orphans,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,7 +112,70 @@ pub fn run(p: &FaultParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
             ctx.emit_samples("value", "count", 0, &none, &[1.0, f64::NAN]);
             Ok(Summary::new())
         }
+        FaultMode::Orphans => {
+            for _ in 0..p.size {
+                leave_orphan()?;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            Ok(Summary::from([
+                ("orphans".to_string(), p.size.into()),
+                ("zombies".to_string(), count_zombies()?.into()),
+            ]))
+        }
     }
+}
+
+/// Forks a child that forks a grandchild and exits: the grandchild, an
+/// orphan, sleeps 10 ms and exits, to be reaped by whoever adopted it.
+fn leave_orphan() -> Result<(), WorkloadError> {
+    // SAFETY: the agent has other threads, so the children call only
+    // async-signal-safe functions (fork, nanosleep, _exit).
+    match unsafe { libc::fork() } {
+        -1 => Err(WorkloadError::io("fork", std::io::Error::last_os_error())),
+        0 => unsafe {
+            if libc::fork() == 0 {
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 10_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+            }
+            libc::_exit(0)
+        },
+        middle => {
+            let mut status = 0;
+            // SAFETY: waits for the child forked above, which is ours.
+            if unsafe { libc::waitpid(middle, &mut status, 0) } == -1 {
+                return Err(WorkloadError::io(
+                    "wait for the orphan's parent",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Processes in state Z (`/proc/PID/stat`, the field after the name).
+fn count_zombies() -> Result<u64, WorkloadError> {
+    let mut zombies = 0;
+    for entry in std::fs::read_dir("/proc").map_err(|e| WorkloadError::io("read /proc", e))? {
+        let Ok(entry) = entry else { continue };
+        if !entry.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        // A process may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        {
+            zombies += 1;
+        }
+    }
+    Ok(zombies)
 }
 
 impl super::WorkloadParams for FaultParams {
@@ -123,6 +192,7 @@ impl super::WorkloadParams for FaultParams {
         // Samples are built in memory before they are sent.
         let limit = match self.mode {
             FaultMode::Samples | FaultMode::TagFlood => 50_000_000,
+            FaultMode::Orphans => 10_000,
             _ => 1 << 32,
         };
         if self.size > limit {
