@@ -1,5 +1,6 @@
-//! PID 1 duties: mount the pseudo filesystems, load the modules the host
-//! listed (in dependency order), find the control port, and power off.
+//! PID 1 duties: fork the agent off and reap orphans, mount the pseudo
+//! filesystems, load the modules the host listed (in dependency order),
+//! find the control port, and power off.
 
 use std::fs::File;
 use std::path::Path;
@@ -84,8 +85,6 @@ pub fn cmdline_value(cmdline: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Flushes disks and ends the VM. With QEMU's -no-reboot a reboot ends
-/// QEMU, which works even on kernels without ACPI power-off.
 /// Forks the agent off PID 1: `Some(agent)` in PID 1, `None` in the agent.
 pub fn fork_agent() -> nix::Result<Option<nix::unistd::Pid>> {
     // SAFETY: PID 1 has started no thread yet, so the child may do anything.
@@ -117,6 +116,8 @@ pub fn reap_until(agent: nix::unistd::Pid) -> ! {
     }
 }
 
+/// Flushes disks and ends the VM. With QEMU's -no-reboot a reboot ends
+/// QEMU, which works even on kernels without ACPI power-off.
 pub fn power_off() -> ! {
     nix::unistd::sync();
     let _ = nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT);
