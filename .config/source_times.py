@@ -87,44 +87,33 @@ def dep_info_files(target):
         yield from glob.glob(os.path.join(target, pattern))
 
 
-def read_since(target, since_ns):
-    """Paths named by the dep-info files written after since_ns: the
-    sources of the units built since then, as written (relative to the
-    workspace that built them, or absolute)."""
-    named = set()
-    for path in dep_info_files(target):
-        try:
-            if os.stat(path).st_mtime_ns <= since_ns:
-                continue
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                named |= dep_info_paths(f.read())
-        except OSError:
-            continue
-    return named
-
-
-def built_elsewhere(target, root):
-    """Paths named by dep-info files whose unit compiled in the path of a
-    checkout other than root (`# env-dep:CARGO_MANIFEST_DIR=...`)."""
+def to_compile_again(target, since_ns, root):
+    """What the dep-info files say must be compiled again, in one pass over
+    them: (the paths read by units built after since_ns, the paths read by
+    units that compiled in the path of a checkout other than root through
+    `# env-dep:CARGO_MANIFEST_DIR=...`). Paths as written: relative to the
+    workspace that built them, or absolute."""
     root = os.path.realpath(root)
-    named = set()
+    unseen, elsewhere = set(), set()
     for path in dep_info_files(target):
         try:
+            newer = os.stat(path).st_mtime_ns > since_ns
             with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
         except OSError:
             continue
-        if "# env-dep:CARGO_MANIFEST_" not in text:
-            continue
         foreign = False
-        for line in text.splitlines():
-            for var in ("# env-dep:CARGO_MANIFEST_DIR=", "# env-dep:CARGO_MANIFEST_PATH="):
-                if line.startswith(var):
-                    value = os.path.realpath(line[len(var):])
-                    foreign |= value != root and not value.startswith(root + os.sep)
-        if foreign:
-            named |= dep_info_paths(text)
-    return named
+        if "# env-dep:CARGO_MANIFEST_" in text:
+            for line in text.splitlines():
+                for var in ("# env-dep:CARGO_MANIFEST_DIR=", "# env-dep:CARGO_MANIFEST_PATH="):
+                    if line.startswith(var):
+                        value = os.path.realpath(line[len(var):])
+                        foreign |= value != root and not value.startswith(root + os.sep)
+        if newer:
+            unseen |= dep_info_paths(text)
+        elif foreign:
+            elsewhere |= dep_info_paths(text)
+    return unseen, elsewhere
 
 
 def dep_info_paths(text):
@@ -183,9 +172,12 @@ def restore(root, target):
     tracked = set(paths)
     # Built since the record by something it did not see, or with another
     # checkout's path compiled in: compiled again.
-    unseen = tracked_among(read_since(target, kept), tracked) if kept else set()
-    elsewhere = tracked_among(built_elsewhere(target, root), tracked) - unseen if kept else set()
-    unseen |= elsewhere
+    unseen, elsewhere = set(), set()
+    if kept:
+        read_unseen, read_elsewhere = to_compile_again(target, kept, root)
+        unseen = tracked_among(read_unseen, tracked)
+        elsewhere = tracked_among(read_elsewhere, tracked) - unseen
+        unseen |= elsewhere
     files, same = {}, 0
     for rel in paths:
         path = os.path.join(root, rel)
@@ -221,7 +213,7 @@ def record(target):
         return
     kept = os.path.join(target, RECORD)
     os.replace(pending, kept)
-    # Its time says when the builds ended: a fingerprint newer than that
+    # Its time says when the builds ended: a dep-info file newer than that
     # was written by a build this record did not see.
     os.utime(kept, None)
 
