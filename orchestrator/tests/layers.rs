@@ -285,18 +285,24 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`image/rootfs/build.rs` →
-/// `image`); None for the crate roots.
-fn module_of(rel: &Path) -> Option<String> {
-    let first = rel.components().next()?.as_os_str().to_str()?;
-    match first {
-        "lib.rs" | "main.rs" => None,
-        f => Some(f.trim_end_matches(".rs").to_string()),
+/// Where a file stands: its layer folder and the top-level module it
+/// belongs to (`inputs/image/rootfs/build.rs` → `inputs`, `image`); None
+/// for the crate roots and a layer's own `mod.rs`.
+fn place_of(rel: &Path) -> Option<(String, String)> {
+    let mut parts = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let folder = parts.next()?;
+    let module = parts.next()?;
+    if module == "mod.rs" && parts.next().is_none() {
+        return None;
     }
+    Some((folder, module.trim_end_matches(".rs").to_string()))
 }
 
 /// How many modules below the crate root a file's module is
-/// (`plan.rs` 1, `image/mod.rs` 1, `image/rootfs/build.rs` 3).
+/// (`planning/plan.rs` 2, `inputs/image/mod.rs` 2,
+/// `inputs/image/rootfs/build.rs` 4).
 fn file_depth(rel: &Path) -> usize {
     let n = rel.components().count();
     if rel.file_name().is_some_and(|f| f == "mod.rs") {
@@ -306,16 +312,30 @@ fn file_depth(rel: &Path) -> usize {
     }
 }
 
-/// The upward imports in `files` (relative path, source), one message each.
+/// The imports in `files` (relative path, source) that break the layering,
+/// one message each: a file outside its layer's folder, a module in no
+/// layer, an import from a higher layer.
 fn upward_imports(table: &[(String, Vec<String>)], files: &[(PathBuf, String)]) -> Vec<String> {
     let layer: BTreeMap<&str, (usize, &str)> = table
         .iter()
         .enumerate()
         .flat_map(|(n, (name, mods))| mods.iter().map(move |m| (m.as_str(), (n, name.as_str()))))
         .collect();
+    let layer_names: Vec<&str> = table.iter().map(|(name, _)| name.as_str()).collect();
     let mut errors = Vec::new();
     for (rel, src) in files {
-        let Some(me) = module_of(rel) else { continue };
+        if matches!(rel.to_str(), Some("lib.rs" | "main.rs")) {
+            continue;
+        }
+        let Some((folder, me)) = place_of(rel) else {
+            if !rel
+                .parent()
+                .is_some_and(|p| layer_names.iter().any(|l| p == Path::new(l)))
+            {
+                errors.push(format!("src/{}: not in a layer's folder", rel.display()));
+            }
+            continue;
+        };
         let Some(&(mine, my_name)) = layer.get(me.as_str()) else {
             errors.push(format!(
                 "src/{}: module `{me}` is in no layer",
@@ -323,7 +343,22 @@ fn upward_imports(table: &[(String, Vec<String>)], files: &[(PathBuf, String)]) 
             ));
             continue;
         };
+        if folder != my_name {
+            errors.push(format!(
+                "src/{}: module `{me}` is in layer {my_name}, so it belongs in src/{my_name}/",
+                rel.display()
+            ));
+        }
         for imp in crate_paths(src, file_depth(rel)) {
+            if layer_names.contains(&imp.module.as_str()) {
+                errors.push(format!(
+                    "src/{}:{}: `{}`: a layer's folder is not a path; name the module (lib.rs re-exports it)",
+                    rel.display(),
+                    imp.line,
+                    imp.path
+                ));
+                continue;
+            }
             match layer.get(imp.module.as_str()) {
                 None => errors.push(format!(
                     "src/{}:{}: `{}`: module `{}` is in no layer",
@@ -371,7 +406,8 @@ fn no_module_imports_from_a_higher_layer() {
 
 #[test]
 fn every_module_is_in_exactly_one_layer() {
-    let lib_rs = read(&src_dir().join("lib.rs"));
+    let src = src_dir();
+    let lib_rs = read(&src.join("lib.rs"));
     let table = layer_table(&lib_rs);
     let mut listed: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (name, mods) in &table {
@@ -379,25 +415,24 @@ fn every_module_is_in_exactly_one_layer() {
             listed.entry(m.as_str()).or_default().push(name.as_str());
         }
     }
-    let declared = declared_modules(&lib_rs);
-    let unlisted: Vec<&String> = declared
-        .iter()
-        .filter(|m| !listed.contains_key(m.as_str()))
-        .collect();
-    assert!(
-        unlisted.is_empty(),
-        "in no layer of lib.rs's table: {unlisted:?}"
-    );
     let twice: Vec<_> = listed.iter().filter(|(_, l)| l.len() > 1).collect();
     assert!(twice.is_empty(), "in more than one layer: {twice:?}");
-    let undeclared: Vec<&&str> = listed
-        .keys()
-        .filter(|m| !declared.iter().any(|d| d == *m))
-        .collect();
-    assert!(
-        undeclared.is_empty(),
-        "layered but not declared in lib.rs: {undeclared:?}"
-    );
+    // rustfmt sorts `mod` lines, so the order is the table's alone.
+    let mut names: Vec<&str> = table.iter().map(|(name, _)| name.as_str()).collect();
+    let mut declared = declared_modules(&lib_rs);
+    names.sort();
+    declared.sort();
+    assert_eq!(declared, names, "lib.rs declares the layers' folders");
+    for (name, mods) in &table {
+        let mut declared = declared_modules(&read(&src.join(name).join("mod.rs")));
+        let mut want = mods.clone();
+        declared.sort();
+        want.sort();
+        assert_eq!(
+            declared, want,
+            "src/{name}/mod.rs declares the modules lib.rs's table gives layer {name}"
+        );
+    }
 }
 
 #[test]
@@ -474,18 +509,27 @@ fn an_upward_import_is_named_with_its_file_and_line() {
     let table = layer_table("//! - low: a\n//! - high: b, c\n");
     let files = [
         (
-            PathBuf::from("a/x.rs"),
+            PathBuf::from("low/a/x.rs"),
             "use crate::a::y;\nfn f() { crate::b::g() }\n".to_string(),
         ),
-        (PathBuf::from("b.rs"), "use crate::{a, c::Z};\n".to_string()),
-        (PathBuf::from("d.rs"), String::new()),
+        (
+            PathBuf::from("high/b.rs"),
+            "use crate::{a, c::Z};\nuse crate::low::a;\n".to_string(),
+        ),
+        (PathBuf::from("low/mod.rs"), String::new()),
+        (PathBuf::from("high/d.rs"), String::new()),
+        (PathBuf::from("low/c.rs"), String::new()),
+        (PathBuf::from("e.rs"), String::new()),
     ]
     .to_vec();
     assert_eq!(
         upward_imports(&table, &files),
         [
-            "src/a/x.rs:2: `crate::b::g`: a (layer low) imports b (layer high), a higher layer",
-            "src/d.rs: module `d` is in no layer",
+            "src/low/a/x.rs:2: `crate::b::g`: a (layer low) imports b (layer high), a higher layer",
+            "src/high/b.rs:2: `crate::low::a`: a layer's folder is not a path; name the module (lib.rs re-exports it)",
+            "src/high/d.rs: module `d` is in no layer",
+            "src/low/c.rs: module `c` is in layer high, so it belongs in src/high/",
+            "src/e.rs: not in a layer's folder",
         ]
     );
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The table, compiled in so the binary checks what its source declared.
-pub const TABLE: &str = include_str!("../host-tools.txt");
+pub const TABLE: &str = include_str!("../../host-tools.txt");
 
 /// The steps a tool can be needed for (the table's NEEDS column).
 pub const NEEDS: &[&str] = &[

@@ -8,7 +8,7 @@ use ab_glyph::{Font, FontRef, GlyphId, OutlineCurve, PxScale, ScaleFont};
 use plotters_backend::text_anchor::{HPos, VPos};
 use plotters_backend::{BackendTextStyle, FontTransform};
 
-pub static FONT_BYTES: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+pub static FONT_BYTES: &[u8] = include_bytes!("../../../assets/DejaVuSans.ttf");
 
 /// The family name figures use; registered with plotters for its own
 /// text measurements.

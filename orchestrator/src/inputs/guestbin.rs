@@ -38,7 +38,7 @@ fn run_contained(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus>
 
 /// orchestrator/guest-build.txt: target, flags and packages of the one
 /// build, which `./x build` reads too.
-const BUILD_TABLE: &str = include_str!("../guest-build.txt");
+const BUILD_TABLE: &str = include_str!("../../guest-build.txt");
 
 /// The build as the table describes it.
 #[derive(Debug, Clone, PartialEq)]

@@ -189,6 +189,15 @@ pub(crate) mod test_support {
 
     use super::tests::HELD;
 
+    /// The name libtest runs a unit test by, for a child process re-running
+    /// this binary with `--exact`: `module_path!()` of the test's module
+    /// without the crate (`host::lock::tests`), then the test. Follows a
+    /// module that moves, where a written-out name would go stale.
+    pub fn unit_test_name(module_path: &str, test: &str) -> String {
+        let within_crate = module_path.split_once("::").map_or("", |(_, m)| m);
+        format!("{within_crate}::{test}")
+    }
+
     /// This test binary, re-run as a process that takes the lock on `path`
     /// with this module and holds it until dropped.
     pub struct Holder {
@@ -203,7 +212,10 @@ pub(crate) mod test_support {
             let mut child = Command::new(me)
                 .args([
                     "--exact",
-                    "lock::tests::hold_lock_in_child",
+                    &unit_test_name(
+                        &module_path!().replace("::test_support", "::tests"),
+                        "hold_lock_in_child",
+                    ),
                     "--ignored",
                     "--nocapture",
                     "--test-threads=1",

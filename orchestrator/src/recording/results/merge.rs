@@ -275,7 +275,7 @@ mod tests {
         let child = Command::new(me)
             .args([
                 "--exact",
-                "results::merge::tests::merge_in_child",
+                &crate::lock::test_support::unit_test_name(module_path!(), "merge_in_child"),
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",

@@ -1,0 +1,14 @@
+//! Layer host: the host system: units, paths, files, locks, interrupts, waiting, randomness, phase times, failure records, progress bars, host tools.
+//! See the layer table in `src/lib.rs`.
+
+pub mod failures;
+pub mod fsutil;
+pub mod hosttools;
+pub mod interrupt;
+pub mod lock;
+pub mod paths;
+pub mod phases;
+pub mod progress;
+pub mod random;
+pub mod units;
+pub mod wait;
