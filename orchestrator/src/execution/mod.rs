@@ -1,4 +1,5 @@
-//! Layer execution: running a plan: the executors, devices, the run session, Slurm.
+//! Layer execution: running a plan: the executors, devices, the run session,
+//! Slurm.
 //! See the layer table in `src/lib.rs`.
 
 pub mod devices;

@@ -1,4 +1,5 @@
-//! Layer inputs: what a run boots and loads: kernels, images, guest binaries, BPF objects.
+//! Layer inputs: what a run boots and loads: kernels, images, guest binaries,
+//! BPF objects.
 //! See the layer table in `src/lib.rs`.
 
 pub mod ebpf;

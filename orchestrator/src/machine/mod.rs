@@ -1,4 +1,5 @@
-//! Layer machine: the machine under test: QEMU's command line and process, the host's description, noise and calibration.
+//! Layer machine: the machine under test: QEMU's command line and process, the
+//! host's description, noise and calibration.
 //! See the layer table in `src/lib.rs`.
 
 pub mod calibrate;

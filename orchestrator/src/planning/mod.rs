@@ -1,4 +1,5 @@
-//! Layer planning: what to run: the spec read from TOML and the plan of points made from it.
+//! Layer planning: what to run: the spec read from TOML and the plan of points
+//! made from it.
 //! See the layer table in `src/lib.rs`.
 
 pub mod plan;
