@@ -24,8 +24,15 @@ last run's junit file for the others), else docs/phases/test-costs.tsv (a
 measured run, kept by `./x times --keep`): a test that took 424 s here is
 not planned at the 224 s another machine measured.
 
+With a deadline (--deadline, epoch seconds: `.ci/run` gives its job's end,
+from TESTBED_DEADLINE) the budget is also cut to what is left once the
+short tests (their measured times added up, as if one ran at a time) and
+the smoke reproduce after them (AFTER_TESTS_SECONDS) are taken out: a cold
+machine, whose builds took most of the job, runs fewer long tests rather
+than overrunning it.
+
   rotation.py select --costs TSV [--junit XML] --state JSON --budget S|all
-                     [--add-cost 'BINARY TEST=SECONDS']...
+                     [--add-cost 'BINARY TEST=SECONDS']... [--deadline EPOCH]
       prints a nextest filterset for the tests to leave out ("" for none)
   rotation.py record --junit XML --state JSON --costs TSV
       notes when each long test ran and how it ended
@@ -43,6 +50,9 @@ import time
 import xml.etree.ElementTree as ET
 
 LONG_SECONDS = 60.0
+# What `./x test` does after the tests (reproduce smoke-latency --quick and
+# the Chromium check of its report), with room to spare.
+AFTER_TESTS_SECONDS = 300.0
 
 
 def log(msg):
@@ -145,13 +155,24 @@ def select(args):
             was, source = costs[(binary, test)]
             costs[(binary, test)] = (was + float(secs), source)
     long_tests = {k: v for k, v in costs.items() if v[0] >= LONG_SECONDS}
-    if args.budget == "all" or not long_tests:
+    if args.budget == "all":
+        budget = float("inf")
+    else:
+        try:
+            budget = float(args.budget)
+        except ValueError:
+            sys.exit("TESTBED_TEST_BUDGET: %r is neither seconds nor 'all'" % args.budget)
+    if args.deadline is not None:
+        short = sum(v[0] for k, v in costs.items() if k not in long_tests)
+        time_left = max(0.0, args.deadline - time.time() - short - AFTER_TESTS_SECONDS)
+        if time_left < budget:
+            log("tests: the long-test budget is cut to %.0f s: the job ends at %s (TESTBED_DEADLINE), "
+                "and the short tests (%.0f s) and what follows them (%.0f s) come first"
+                % (time_left, time.strftime("%H:%M:%S UTC", time.gmtime(args.deadline)), short, AFTER_TESTS_SECONDS))
+            budget = time_left
+    if budget == float("inf") or not long_tests:
         log("tests: every test (no budget)")
         return ""
-    try:
-        budget = float(args.budget)
-    except ValueError:
-        sys.exit("TESTBED_TEST_BUDGET: %r is neither seconds nor 'all'" % args.budget)
     turn = git("rev-list", "--count", "HEAD") or "0"
 
     def order(item):
@@ -230,6 +251,7 @@ def main():
     p.add_argument("--state")
     p.add_argument("--budget", default="all")
     p.add_argument("--add-cost", action="append", default=[], metavar="'BINARY TEST=SECONDS'")
+    p.add_argument("--deadline", type=float, metavar="EPOCH_SECONDS")
     args = p.parse_args()
     if args.action == "select":
         print(select(args))

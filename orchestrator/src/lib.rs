@@ -15,7 +15,7 @@
 //! `testbed::spec`): moving a module to another layer moves its file, not
 //! every path that uses it.
 //!
-//! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools
+//! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools, procfs, cgroup
 //! - machine: qemu, hostinfo, noise, calibrate
 //! - inputs: kernel, image, guestbin, ebpf
 //! - planning: spec, plan
@@ -38,7 +38,8 @@ mod reporting;
 pub use drawing::{analysis, figures};
 pub use execution::{devices, executor, run, slurm};
 pub use host::{
-    failures, fsutil, hosttools, interrupt, lock, paths, phases, progress, random, units, wait,
+    cgroup, failures, fsutil, hosttools, interrupt, lock, paths, phases, procfs, progress, random,
+    units, wait,
 };
 pub use inputs::{ebpf, guestbin, image, kernel};
 pub use machine::{calibrate, hostinfo, noise, qemu};

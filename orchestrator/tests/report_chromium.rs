@@ -118,6 +118,7 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
         spec_sha256: "ab".into(),
         spec: serde_json::json!({"workload": {"kind": "btree", "batch": 1}, "vm": {"vcpus": 2, "memory": "1G"}}),
         executor: "qemu".into(),
+        containment: "cgroup v2 (/sys/fs/cgroup/testbed/1-1)".into(),
         inputs: Default::default(),
         accel: Some(
             serde_json::from_value(

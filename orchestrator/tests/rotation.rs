@@ -25,12 +25,17 @@ fn files(dir: &Path, costs: &[(&str, f64)], state: &str) -> (PathBuf, PathBuf) {
 
 /// The filterset `select` prints (the tests left out) and its log.
 fn select(tsv: &Path, state: &Path, budget: &str) -> (String, String) {
+    select_with(tsv, state, budget, &[])
+}
+
+fn select_with(tsv: &Path, state: &Path, budget: &str, more: &[&str]) -> (String, String) {
     let out = Command::new("python3")
         .arg(script())
         .args(["select", "--budget", budget, "--costs"])
         .arg(tsv)
         .arg("--state")
         .arg(state)
+        .args(more)
         .output()
         .expect("spawn python3");
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -68,4 +73,48 @@ fn this_machines_last_time_outweighs_the_kept_cost() {
     // Without that record the kept 100 s fits beside the other test.
     let (tsv, json) = files(dir.path(), &[("grew", 100.0), ("other", 60.0)], "{}");
     assert_eq!(select(&tsv, &json, "180").0, "");
+}
+
+#[test]
+fn a_deadline_leaves_the_long_tests_what_the_short_ones_do_not_need() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Two long tests (200 s, 100 s) and short ones adding up to 500 s.
+    let (tsv, json) = files(
+        dir.path(),
+        &[("long", 200.0), ("longer", 100.0), ("short", 50.0)],
+        "{}",
+    );
+    let mut text = fs::read_to_string(&tsv).expect("read costs");
+    for n in 0..9 {
+        text.push_str(&format!("b\tshort{n}\t50\ttests/b.rs\n"));
+    }
+    fs::write(&tsv, text).expect("write costs");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    // 500 s of short tests and 300 s after them leave 150 s of 950 s:
+    // the 100-s test fits, the 200-s one waits, whatever the budget.
+    let deadline = (now + 950).to_string();
+    for budget in ["480", "all"] {
+        let (left_out, log) = select_with(&tsv, &json, budget, &["--deadline", deadline.as_str()]);
+        assert_eq!(left_out, "not ((binary_id(b) & test(=long)))", "{log}");
+        assert!(log.contains("budget is cut to"), "the log says why:\n{log}");
+    }
+    // A deadline far off leaves the budget as it was.
+    let far = (now + 100_000).to_string();
+    let (left_out, log) = select_with(&tsv, &json, "480", &["--deadline", far.as_str()]);
+    assert_eq!(left_out, "", "{log}");
+    assert!(!log.contains("budget is cut"), "{log}");
+    // A deadline already past runs no long test, and says so.
+    let (left_out, _) = select_with(
+        &tsv,
+        &json,
+        "480",
+        &["--deadline", now.to_string().as_str()],
+    );
+    assert_eq!(
+        left_out,
+        "not ((binary_id(b) & test(=long)) | (binary_id(b) & test(=longer)))"
+    );
 }

@@ -32,6 +32,10 @@ pub enum FaultMode {
     /// zombies left in the guest are counted (summary `zombies`): PID 1
     /// reaps them, so there are none.
     Orphans,
+    /// `size` escapees: grandchildren that call `setsid`, leaving the
+    /// process group (and session) the host kills, and sleep an hour. What
+    /// contains them on the host is the run's cgroup; summary `escaped`.
+    Escape,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,6 +126,45 @@ pub fn run(p: &FaultParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
                 ("zombies".to_string(), count_zombies()?.into()),
             ]))
         }
+        FaultMode::Escape => {
+            for _ in 0..p.size {
+                leave_escapee()?;
+            }
+            Ok(Summary::from([("escaped".to_string(), p.size.into())]))
+        }
+    }
+}
+
+/// Forks a child that starts a session of its own (out of the agent's
+/// process group) and forks a grandchild that sleeps an hour, then exits:
+/// the grandchild outlives the job unless something kills it.
+fn leave_escapee() -> Result<(), WorkloadError> {
+    // SAFETY: the agent has other threads, so the children call only
+    // async-signal-safe functions (fork, setsid, nanosleep, _exit).
+    match unsafe { libc::fork() } {
+        -1 => Err(WorkloadError::io("fork", std::io::Error::last_os_error())),
+        0 => unsafe {
+            libc::setsid();
+            if libc::fork() == 0 {
+                let hour = libc::timespec {
+                    tv_sec: 3600,
+                    tv_nsec: 0,
+                };
+                libc::nanosleep(&hour, std::ptr::null_mut());
+            }
+            libc::_exit(0)
+        },
+        middle => {
+            let mut status = 0;
+            // SAFETY: waits for the child forked above, which is ours.
+            if unsafe { libc::waitpid(middle, &mut status, 0) } == -1 {
+                return Err(WorkloadError::io(
+                    "wait for the escapee's parent",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            Ok(())
+        }
     }
 }
 
@@ -193,6 +236,7 @@ impl super::WorkloadParams for FaultParams {
         let limit = match self.mode {
             FaultMode::Samples | FaultMode::TagFlood => 50_000_000,
             FaultMode::Orphans => 10_000,
+            FaultMode::Escape => 100,
             _ => 1 << 32,
         };
         if self.size > limit {

@@ -1,6 +1,9 @@
-//! Layer host: the host system: units, paths, files, locks, interrupts, waiting, randomness, phase times, failure records, progress bars, host tools.
+//! Layer host: the host system: units, paths, files, locks, interrupts,
+//! waiting, randomness, phase times, failure records, progress bars, host
+//! tools, facts from /proc, containment by cgroup.
 //! See the layer table in `src/lib.rs`.
 
+pub mod cgroup;
 pub mod failures;
 pub mod fsutil;
 pub mod hosttools;
@@ -8,6 +11,7 @@ pub mod interrupt;
 pub mod lock;
 pub mod paths;
 pub mod phases;
+pub mod procfs;
 pub mod progress;
 pub mod random;
 pub mod units;

@@ -3,8 +3,9 @@
 //!
 //! Measure: from /proc/stat, the busy CPU time of the whole host (user,
 //! nice, system, irq, softirq) minus the run's own (this testbed process
-//! and every process in a group it started — QEMU, the host agent and
-//! their helpers — from /proc/PID/stat, children's reaped time included),
+//! and every process in a group or cgroup it started — QEMU, the host
+//! agent and their helpers — from /proc/PID/stat, children's reaped time
+//! included),
 //! plus steal time (a hypervisor gave our CPUs to someone else), as a
 //! share of all CPU time that passed. Why this and not the others:
 //! - it covers the whole interval at the cost of two reads of /proc; a
@@ -84,6 +85,8 @@ impl Snapshot {
         let cpu = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
         let me = std::process::id();
         let groups: BTreeSet<u32> = crate::qemu::process::live_leaders().into_iter().collect();
+        // What left its group (setsid) is still the run's, by its cgroup.
+        let contained: BTreeSet<u32> = crate::cgroup::live_members().into_iter().collect();
         let mut own = 0;
         for e in std::fs::read_dir("/proc").ok()?.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -94,7 +97,7 @@ impl Snapshot {
                 continue;
             };
             if let Some((pgrp, ticks)) = parse_pid_stat(&text)
-                && (pid == me || groups.contains(&pgrp))
+                && (pid == me || groups.contains(&pgrp) || contained.contains(&pid))
             {
                 own += ticks;
             }

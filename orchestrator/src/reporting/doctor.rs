@@ -56,6 +56,18 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
             Some("apt-get install busybox-static"),
         )),
     }
+    let containment = crate::cgroup::current();
+    out.push(match containment {
+        crate::cgroup::Containment::Cgroup { .. } => {
+            f(Level::Ok, "containment", containment.describe(), None)
+        }
+        crate::cgroup::Containment::ProcessGroup { .. } => f(
+            Level::Warn,
+            "containment",
+            containment.describe(),
+            Some("run as root where cgroupfs is mounted: a process that calls setsid escapes its process group"),
+        ),
+    });
     // KVM, step by step, as the run decides it.
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let dev = accel::dev_kvm_opens(Path::new("/dev/kvm"));

@@ -15,6 +15,9 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
     ));
     s.push_str(&format!("status     {:?}\n", m.status));
     s.push_str(&format!("executor   {}\n", m.executor));
+    if !m.containment.is_empty() {
+        s.push_str(&format!("contained  {}\n", m.containment));
+    }
     if let Some(a) = &m.accel {
         s.push_str(&format!(
             "accel      {} (asked {}): {}\n",

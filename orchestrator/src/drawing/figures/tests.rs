@@ -163,6 +163,7 @@ impl Synth {
                 "vm": {"vcpus": 2, "memory": "1G"},
             }),
             executor: "qemu".into(),
+        containment: "cgroup v2 (/sys/fs/cgroup/testbed/1-1)".into(),
             inputs: serde_json::from_value(serde_json::json!({
                 "kernel": {"description": "Debian linux-image-6.1 6.1.1-1", "release": "6.1.0"},
             }))

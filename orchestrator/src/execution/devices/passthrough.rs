@@ -130,7 +130,7 @@ pub fn bind(
         device: c.device.clone(),
         run_dir: run_dir.to_path_buf(),
         pid,
-        pid_start_ticks: crate::qemu::process::start_ticks(pid),
+        pid_start_ticks: crate::procfs::start_ticks(pid),
         time: crate::results::manifest::utc_now(),
     };
     let path = state::file(state_dir, &c.pci);

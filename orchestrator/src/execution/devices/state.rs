@@ -30,7 +30,7 @@ impl State {
     /// Whether the testbed that bound it still runs.
     pub fn owner_alive(&self) -> bool {
         self.pid_start_ticks.is_some()
-            && crate::qemu::process::start_ticks(self.pid) == self.pid_start_ticks
+            && crate::procfs::start_ticks(self.pid) == self.pid_start_ticks
     }
 
     /// The restore command, to quote in messages.

@@ -106,6 +106,7 @@ pub(crate) fn begin(
         spec_sha256: spec_sha,
         spec: serde_json::to_value(spec).unwrap_or_default(),
         executor: format!("{:?}", spec.experiment.executor).to_lowercase(),
+        containment: crate::cgroup::current().describe(),
         inputs: Default::default(),
         accel: None,
         timing_note: String::new(),

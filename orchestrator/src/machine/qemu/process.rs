@@ -1,8 +1,11 @@
 //! A child the testbed starts (QEMU, or the agent in host mode): spawned
-//! in its own process group with the parent-death signal, killed as a
-//! group on drop, on Ctrl-C/SIGTERM, and — should `testbed` itself be
-//! SIGKILLed while a child ignored the signal — by the sweep at the next
-//! start (`sweep_leftovers`), from the list every run keeps on disk.
+//! in its own process group and its own cgroup (`crate::cgroup`, where the
+//! host allows) with the parent-death signal, killed as a group on drop,
+//! on Ctrl-C/SIGTERM, and — should `testbed` itself be SIGKILLed while a
+//! child ignored the signal — by the sweep at the next start
+//! (`sweep_leftovers`), from the list every run keeps on disk and the
+//! cgroups it left. The cgroup also holds what left the process group
+//! (`setsid`), and is killed with it.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,8 @@ use std::time::Duration;
 
 use testbed_agent::text::printable_lines;
 
+use crate::cgroup::Cgroup;
+use crate::procfs::start_ticks;
 use crate::wait::{Until, Waited, poll};
 
 /// How often a wait looks at a process again.
@@ -32,6 +37,8 @@ pub struct GroupProcess {
     child: Child,
     pub pid: u32,
     exited: Option<ExitStatus>,
+    /// None under process-group containment.
+    cgroup: Option<Cgroup>,
 }
 
 /// QEMU is a group process like any other.
@@ -52,10 +59,14 @@ impl GroupProcess {
             .map_err(|e| std::io::Error::new(e.kind(), format!("start {}: {e}", argv[0])))
     }
 
-    /// Starts `cmd` as the leader of a new process group that dies with
-    /// this process.
+    /// Starts `cmd` as the leader of a new process group, in a cgroup of
+    /// its own, that dies with this process.
     pub fn spawn_command(cmd: &mut Command) -> std::io::Result<GroupProcess> {
         cmd.process_group(0);
+        let cgroup = Cgroup::create()?;
+        if let Some(c) = &cgroup {
+            c.join_before_exec(cmd)?;
+        }
         // SAFETY: prctl and getppid are async-signal-safe; this runs in the
         // child between fork and exec and touches no memory of the parent.
         unsafe {
@@ -70,7 +81,15 @@ impl GroupProcess {
                 Ok(())
             });
         }
-        let child = cmd.spawn()?;
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(c) = &cgroup {
+                    c.remove();
+                }
+                return Err(e);
+            }
+        };
         let pid = child.id();
         let leader = Leader {
             pid,
@@ -84,6 +103,7 @@ impl GroupProcess {
             child,
             pid,
             exited: None,
+            cgroup,
         })
     }
 
@@ -91,13 +111,16 @@ impl GroupProcess {
         &mut self.child
     }
 
-    /// The exit status if the leader has ended (its group is then killed:
-    /// nothing it started may stay behind).
+    /// The exit status if the leader has ended (its group and cgroup are
+    /// then killed: nothing it started may stay behind).
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none()
             && let Ok(Some(s)) = self.child.try_wait()
         {
             signal_group(self.pid, libc::SIGKILL);
+            if let Some(c) = &self.cgroup {
+                c.kill();
+            }
             self.exited = Some(s);
             forget(self.pid);
         }
@@ -132,6 +155,9 @@ impl GroupProcess {
         signal_group(self.pid, libc::SIGTERM);
         if self.wait_timeout(Duration::from_secs(2)).is_none() {
             signal_group(self.pid, libc::SIGKILL);
+            if let Some(c) = &self.cgroup {
+                c.kill();
+            }
             if let Ok(s) = self.child.wait() {
                 self.exited = Some(s);
             }
@@ -143,6 +169,9 @@ impl GroupProcess {
 impl Drop for GroupProcess {
     fn drop(&mut self) {
         self.kill();
+        if let Some(c) = &self.cgroup {
+            c.remove();
+        }
     }
 }
 
@@ -168,21 +197,13 @@ pub fn live_leaders() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Kills every live group (from a signal-handling thread).
+/// Kills every live group and cgroup (from a signal-handling thread).
 pub fn kill_all() {
     let live: Vec<Leader> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
     for l in live {
         signal_group(l.pid, libc::SIGKILL);
     }
-}
-
-/// A process's start time in clock ticks since boot (field 22 of
-/// /proc/PID/stat), `None` if it does not exist.
-pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::cgroup::kill_all();
 }
 
 /// Whether `leader` is still the process it was (not a reused pid).
@@ -191,9 +212,12 @@ fn alive(leader: &Leader) -> bool {
 }
 
 /// Kills what testbed processes that are gone (SIGKILLed, say) left
-/// running, and says what it killed. Called as a run starts.
+/// running, in their process groups and their cgroups, and says what it
+/// killed. Called as a run starts.
 pub fn sweep_leftovers() -> Vec<String> {
-    registry::sweep(&registry::dir(), std::process::id())
+    let mut said = registry::sweep(&registry::dir(), std::process::id());
+    said.extend(crate::cgroup::sweep());
+    said
 }
 
 /// The list of live groups on disk, one file per testbed process under
@@ -258,7 +282,7 @@ mod registry {
                     killed.push(format!(
                         "killed process group {} ({}) left by testbed pid {}, which was killed",
                         leader.pid,
-                        command_name(leader.pid),
+                        crate::procfs::command_name(leader.pid),
                         owner.pid
                     ));
                 }
@@ -271,12 +295,6 @@ mod registry {
     fn parse_pair(s: &str, sep: char) -> Option<(u64, u64)> {
         let (a, b) = s.trim().split_once(sep)?;
         Some((a.parse().ok()?, b.parse().ok()?))
-    }
-
-    fn command_name(pid: u32) -> String {
-        std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "?".into())
     }
 
     #[cfg(test)]

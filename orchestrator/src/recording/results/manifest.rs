@@ -204,6 +204,10 @@ pub struct Manifest {
     /// The spec as parsed (defaults filled in).
     pub spec: serde_json::Value,
     pub executor: String,
+    /// What contained the run's processes (`crate::cgroup`): "cgroup v2
+    /// (<dir>)", "cgroup v1 freezer (<dir>)" or "process groups only (why)".
+    #[serde(default)]
+    pub containment: String,
     /// Content hashes and descriptions of every input: kernel, initramfs, agent.
     #[serde(default)]
     pub inputs: Inputs,
