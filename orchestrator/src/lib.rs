@@ -16,8 +16,8 @@
 //! every path that uses it.
 //!
 //! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools, procfs, cgroup
-//! - machine: qemu, hostinfo, noise, calibrate
-//! - inputs: kernel, image, guestbin, ebpf
+//! - machine: qemu, hostinfo, noise, hostcost, calibrate
+//! - inputs: kernel, image, guestbin, ebpf, caches
 //! - planning: spec, plan
 //! - recording: results
 //! - execution: executor, devices, run, slurm
@@ -41,8 +41,8 @@ pub use host::{
     cgroup, failures, fsutil, hosttools, interrupt, lock, paths, phases, procfs, progress, random,
     units, wait,
 };
-pub use inputs::{ebpf, guestbin, image, kernel};
-pub use machine::{calibrate, hostinfo, noise, qemu};
+pub use inputs::{caches, ebpf, guestbin, image, kernel};
+pub use machine::{calibrate, hostcost, hostinfo, noise, qemu};
 pub use planning::{plan, spec};
 pub use recording::results;
 pub use reporting::{doctor, reproduce, show};

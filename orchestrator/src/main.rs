@@ -112,6 +112,31 @@ enum Command {
     },
     /// Summary of a run directory.
     Show { run: PathBuf },
+    /// Check every file a run wrote against the size, sha256 and table
+    /// rows its manifest recorded as the run finished; exit 1 naming each
+    /// file that differs.
+    Verify {
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
+    /// Runs in one file for a reviewer (a zstd tar of manifest, tables,
+    /// point files, console logs, spec, figures and report, with the
+    /// kernel's config and patches); each run is verified first.
+    Pack {
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// The archive to write (e.g. runs.tar.zst).
+        #[arg(short, long)]
+        out: PathBuf,
+    },
+    /// A packed file's runs back as DIR/<experiment>/<run id>, each
+    /// verified before it is moved into place; plot, check and report read
+    /// them there.
+    Unpack {
+        archive: PathBuf,
+        #[arg(short = 'o', long = "out", default_value = "results")]
+        into: PathBuf,
+    },
     /// Rewrite run directories written before the tidy tables (samples with
     /// kind/rep/param.* columns) as samples.parquet + summary.parquet; the
     /// old files are kept under RUN/legacy/.
@@ -123,6 +148,12 @@ enum Command {
     Kernel {
         #[command(subcommand)]
         command: KernelCommand,
+    },
+    /// What the cache directory holds (kernels, build trees, images,
+    /// initramfs, BPF objects, downloads) and keeping it to a size.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
     },
     /// Guest root filesystem images from images/NAME.toml: build, list.
     Image {
@@ -161,6 +192,26 @@ enum ImageCommand {
     Build { name: String },
     /// The recipes, and which are built, with their size.
     List,
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Each entry: what it is, its size, its last use, the runs that used it.
+    List {
+        /// Where to look for runs that used each entry.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+    },
+    /// Remove the least recently used entries, never one a running
+    /// process holds (a run booting it, a build).
+    Prune {
+        /// Remove until the cache holds at most this much (e.g. 20G).
+        #[arg(long)]
+        max_size: Option<String>,
+        /// Remove entries unused for longer than this (e.g. 30d, 12h).
+        #[arg(long)]
+        older_than: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -339,7 +390,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             print!("{}", show::show_run(&run)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Verify { runs } => verify_runs(&runs),
+        Command::Pack { runs, out } => {
+            for p in testbed::results::pack::pack(&runs, &out)? {
+                println!("packed {} ({} files)", p.name, p.files);
+                for m in &p.missing {
+                    println!("  not packed, not found: {m}");
+                }
+            }
+            println!("wrote {}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Unpack { archive, into } => {
+            for run in testbed::results::pack::unpack(&archive, &into)? {
+                println!("unpacked and verified {}", run.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Kernel { command } => kernel_command(command),
+        Command::Cache { command } => cache_command(command),
         Command::Image { command } => image_command(command),
         Command::Passthrough {
             command: PassthroughCommand::Restore { pci, force },
@@ -402,6 +471,55 @@ fn run_spec(a: RunArgs) -> Result<ExitCode> {
     let result = run::run(&a.spec, &opts, progress.as_mut());
     drop(progress);
     run_outcome(result, &a.spec.display().to_string())
+}
+
+/// `testbed verify`: each run's files against its manifest's record.
+fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
+    use testbed::results::{manifest, outputs};
+    let mut failed = 0;
+    for run in runs {
+        let m = manifest::read(&run.join("manifest.json"))?;
+        if m.outputs.is_empty() {
+            println!(
+                "{}: cannot be verified: its manifest records no output files (written before testbed recorded them, or the run did not finish)",
+                run.display()
+            );
+            failed += 1;
+            continue;
+        }
+        let v = outputs::verify(run, &m.outputs);
+        if v.problems.is_empty() {
+            println!(
+                "{}: ok: {} files, {} bytes, as recorded; {} rows in its tables",
+                run.display(),
+                v.matched,
+                v.bytes,
+                v.rows
+            );
+        } else {
+            failed += 1;
+            println!(
+                "{}: {} of {} recorded files differ:",
+                run.display(),
+                v.problems.len(),
+                m.outputs.len()
+            );
+            for p in &v.problems {
+                println!("  {p}");
+            }
+        }
+        if !v.unrecorded.is_empty() {
+            println!(
+                "  not in the record (written after the run, not checked): {}",
+                v.unrecorded.join(", ")
+            );
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn status(run: &Path) -> Result<ExitCode> {
@@ -709,6 +827,150 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn cache_command(command: CacheCommand) -> Result<ExitCode> {
+    use testbed::caches;
+    let root = paths::cache_root();
+    let age = |t: std::time::SystemTime| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(t)
+            .unwrap_or_default()
+            .as_secs();
+        match secs {
+            s if s < 3600 => format!("{} min ago", s / 60),
+            s if s < 2 * 86_400 => format!("{} h ago", s / 3600),
+            s => format!("{} d ago", s / 86_400),
+        }
+    };
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    match command {
+        CacheCommand::List { results } => {
+            let entries = caches::list(&root)?;
+            let used = runs_by_entry(&root, &results);
+            let total: u64 = entries.iter().map(|e| e.bytes).sum();
+            println!(
+                "{} ({} in {} entries)",
+                root.display(),
+                mib(total),
+                entries.len()
+            );
+            for e in &entries {
+                let id = if e.name.is_empty() {
+                    e.area.to_string()
+                } else {
+                    format!("{}/{}", e.area, e.name)
+                };
+                let runs = used.get(&(e.area.to_string(), e.name.clone())).map_or(
+                    "no run in ".to_string() + &results.display().to_string(),
+                    |r| format!("{} run(s): {}", r.len(), r.join(", ")),
+                );
+                println!(
+                    "  {id:<40.40} {:>12}  used {:<12} {}; {}{}",
+                    mib(e.bytes),
+                    age(e.last_used),
+                    e.what,
+                    runs,
+                    if e.lock.is_none() {
+                        " (never pruned)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CacheCommand::Prune {
+            max_size,
+            older_than,
+        } => {
+            if max_size.is_none() && older_than.is_none() {
+                anyhow::bail!("cache prune: say --max-size SIZE, --older-than AGE, or both");
+            }
+            let policy = caches::Policy {
+                max_bytes: max_size
+                    .map(|s| testbed::units::parse_size(&s).map(|v| v.bytes()))
+                    .transpose()
+                    .context("--max-size")?,
+                older_than: older_than
+                    .map(|s| parse_age(&s))
+                    .transpose()
+                    .context("--older-than")?,
+            };
+            let done = caches::prune(&root, policy, std::time::SystemTime::now())?;
+            for e in &done.removed {
+                println!(
+                    "removed {}/{} ({}, {}, used {})",
+                    e.area,
+                    e.name,
+                    e.what,
+                    mib(e.bytes),
+                    age(e.last_used)
+                );
+            }
+            for (e, who) in &done.busy {
+                println!(
+                    "kept    {}/{} ({}): in use by {who}",
+                    e.area, e.name, e.what
+                );
+            }
+            println!("{} now holds {}", root.display(), mib(done.bytes_after));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// "30d", "12h" or any duration the specs take ("90m", "3600").
+fn parse_age(text: &str) -> Result<std::time::Duration> {
+    if let Some(days) = text.strip_suffix('d') {
+        let days: f64 = days.parse().with_context(|| format!("{text:?}: days"))?;
+        return Ok(std::time::Duration::from_secs_f64(days * 86_400.0));
+    }
+    Ok(testbed::units::parse_duration(text)?)
+}
+
+/// The runs under `results` whose inputs came from each cache entry.
+fn runs_by_entry(
+    root: &Path,
+    results: &Path,
+) -> std::collections::BTreeMap<(String, String), Vec<String>> {
+    let mut out: std::collections::BTreeMap<(String, String), Vec<String>> = Default::default();
+    let mut stack = vec![results.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in read.flatten() {
+            let path = e.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let Ok(m) = testbed::results::manifest::read(&path.join("manifest.json")) else {
+                stack.push(path);
+                continue;
+            };
+            let paths = m.inputs.paths();
+            let run = format!("{}/{}", m.experiment, m.run_id);
+            for p in paths {
+                if let Some((area, name, _)) = testbed::caches::entry_of(root, &p) {
+                    let runs = out.entry((area.to_string(), name.clone())).or_default();
+                    if !runs.contains(&run) {
+                        runs.push(run.clone());
+                    }
+                    // A kernel's build tree and BPF objects go with it.
+                    if area == "kernels" {
+                        for with in ["kernel-work", "bpf"] {
+                            let runs = out.entry((with.to_string(), name.clone())).or_default();
+                            if !runs.contains(&run) {
+                                runs.push(run.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 fn kernel_command(command: KernelCommand) -> Result<ExitCode> {

@@ -601,3 +601,48 @@ fn two_runs_of_one_spec_at_once_do_not_collide() {
         assert_nothing_left(dir, &[]);
     }
 }
+
+#[test]
+#[ignore = "builds the static release guest binaries (nested cargo build --release)"]
+fn a_point_over_its_memory_limit_fails_alone_and_show_prints_each_points_host_cost() {
+    let _g = serial();
+    let t = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // The agent writes 200 MiB in the first point, 8 MiB in the second.
+    let s = spec(
+        t.path(),
+        "limits",
+        "mode = \"alloc\"",
+        "\n[sweep]\nsize = [200, 8]\n\n[limits]\nmemory = \"64M\"\n",
+    );
+    let out = t.path().join("run");
+    let o = run_command(&s, &out).output().unwrap();
+    let m = manifest(&out);
+    assert_eq!(m["status"], "partial", "{}\n{m}", text(&o));
+    let over = point(&m, "p0000-r00");
+    assert_eq!(over["ok"], false, "{over}");
+    let error = over["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("over its memory limit: limits.memory = \"64M\""),
+        "the error names the limit: {error}"
+    );
+    let under = point(&m, "p0001-r00");
+    assert_eq!(under["ok"], true, "the next point runs: {under}");
+    let cost = &under["host_cost"];
+    assert!(
+        cost["peak_rss_mib"].as_f64().unwrap_or(0.0) >= 8.0,
+        "{cost}"
+    );
+    assert!(cost["cpu_user_s"].is_number(), "{cost}");
+    assert_consistent(&out);
+    let shown = Command::new(env!("CARGO_BIN_EXE_testbed"))
+        .arg("show")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let shown = text(&shown);
+    assert!(
+        shown.contains("host cost  CPU ") && shown.contains(" MiB ("),
+        "show prints the point's host CPU and peak memory:\n{shown}"
+    );
+    assert_nothing_left(&out, &[]);
+}

@@ -201,7 +201,14 @@ fn check(u: &mut Unstructured<'_>, spill: &std::path::Path) -> arbitrary::Result
     let bytes = stream(u)?;
     let mut s = session(bytes, spill);
     let _ = s.handshake("n0nce", Duration::from_secs(5));
-    match s.run_point(JOB, &point(), &BTreeMap::new(), Duration::from_secs(5)) {
+    let no_limits = testbed::spec::Limits::default();
+    match s.run_point(
+        JOB,
+        &point(),
+        &BTreeMap::new(),
+        Duration::from_secs(5),
+        &no_limits,
+    ) {
         Ok(PointOutcome::Done {
             samples, summary, ..
         }) => {

@@ -101,6 +101,7 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
             summary: p.summary,
             boot: 0,
             noise: None,
+            host_cost: None,
             earlier: Vec::new(),
         });
     }
@@ -147,6 +148,7 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
         started_at: "2026-01-01T00:00:00Z".into(),
         finished_at: Some("2026-01-01T00:01:00Z".into()),
         wall_s: Some(60.0),
+        outputs: Vec::new(),
     };
     manifest::write(&dir.join("manifest.json"), &m).unwrap();
 }

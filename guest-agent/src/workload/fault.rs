@@ -36,6 +36,9 @@ pub enum FaultMode {
     /// process group (and session) the host kills, and sleep an hour. What
     /// contains them on the host is the run's cgroup; summary `escaped`.
     Escape,
+    /// `size` MiB allocated and written, held for a second, then freed
+    /// (a point that needs memory; summary `allocated_mib`).
+    Alloc,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +134,16 @@ pub fn run(p: &FaultParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
                 leave_escapee()?;
             }
             Ok(Summary::from([("escaped".to_string(), p.size.into())]))
+        }
+        FaultMode::Alloc => {
+            // Written, so every page is resident, not merely reserved.
+            let held = vec![1u8; (p.size as usize) << 20];
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let touched = held.iter().step_by(4096).filter(|&&b| b == 1).count();
+            Ok(Summary::from([(
+                "allocated_mib".to_string(),
+                ((touched * 4096) >> 20).into(),
+            )]))
         }
     }
 }
@@ -237,6 +250,7 @@ impl super::WorkloadParams for FaultParams {
             FaultMode::Samples | FaultMode::TagFlood => 50_000_000,
             FaultMode::Orphans => 10_000,
             FaultMode::Escape => 100,
+            FaultMode::Alloc => 16 << 10,
             _ => 1 << 32,
         };
         if self.size > limit {

@@ -338,6 +338,32 @@ pub fn live_members() -> Vec<u32> {
     live.iter().flat_map(|(_, dir)| members(dir)).collect()
 }
 
+/// CPU time (user, system; µs) of everything that ran in this process's
+/// live cgroups, exited processes included, from cgroup v2's `cpu.stat`
+/// (present with no controller enabled); `None` when the run is not in
+/// cgroup v2 or a cgroup's file cannot be read.
+pub fn cpu_usec() -> Option<(u64, u64)> {
+    let Containment::Cgroup { kind: Kind::V2, .. } = current() else {
+        return None;
+    };
+    let live: Vec<(Kind, PathBuf)> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+    let mut total = (0, 0);
+    for (_, dir) in &live {
+        let (user, system) = parse_cpu_stat(&std::fs::read_to_string(dir.join("cpu.stat")).ok()?)?;
+        total = (total.0 + user, total.1 + system);
+    }
+    Some(total)
+}
+
+/// `user_usec` and `system_usec` of a `cpu.stat` text.
+pub fn parse_cpu_stat(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+    };
+    Some((field("user_usec ")?, field("system_usec ")?))
+}
+
 /// Kills every cgroup this process still has (from a signal-handling
 /// thread, or before exiting).
 pub fn kill_all() {
@@ -411,6 +437,13 @@ mod tests {
 40 34 0:35 / /sys/fs/cgroup/freezer rw,nosuid shared:16 - cgroup cgroup rw,freezer
 41 34 0:36 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
 ";
+
+    #[test]
+    fn reads_user_and_system_time_from_cpu_stat() {
+        let text = "usage_usec 5200\nuser_usec 4000\nsystem_usec 1200\nnr_periods 0\n";
+        assert_eq!(parse_cpu_stat(text), Some((4000, 1200)));
+        assert_eq!(parse_cpu_stat("usage_usec 5\n"), None);
+    }
 
     #[test]
     fn finds_the_v2_mount_and_the_v1_freezer_in_mountinfo() {

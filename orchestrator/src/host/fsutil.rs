@@ -1,8 +1,10 @@
-//! File writes that never leave a half-written file behind, and where a
-//! byte offset stands in a file's text.
+//! File writes that never leave a half-written file behind, a file's
+//! sha256, and where a byte offset stands in a file's text.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
+
+use sha2::{Digest, Sha256};
 
 /// Writes to a temporary file beside `path`, syncs it, then renames it over
 /// `path`: readers see the old file or the whole new one.
@@ -14,6 +16,26 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// The sha256 of a file's content (hex) and its size, the error naming
+/// the file.
+pub fn sha256_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(named)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(named)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok((hex::encode(hasher.finalize()), bytes))
 }
 
 /// Creates a directory (and parents), naming it in the error.

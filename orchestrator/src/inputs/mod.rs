@@ -2,6 +2,7 @@
 //! BPF objects.
 //! See the layer table in `src/lib.rs`.
 
+pub mod caches;
 pub mod ebpf;
 pub mod guestbin;
 pub mod image;

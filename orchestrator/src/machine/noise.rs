@@ -59,15 +59,8 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
 
 /// From /proc/PID/stat: (process group, utime + stime + cutime + cstime).
 pub fn parse_pid_stat(text: &str) -> Option<(u32, u64)> {
-    // The command name may hold spaces and parentheses: count from the last ')'.
-    let rest: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
-    // rest[0] is field 3 (state): pgrp is field 5, utime..cstime 14..17.
-    let pgrp = rest.get(2)?.parse().ok()?;
-    let mut ticks = 0u64;
-    for i in 11..15 {
-        ticks += rest.get(i)?.parse::<i64>().ok()?.max(0) as u64;
-    }
-    Some((pgrp, ticks))
+    let (pgrp, user, system) = crate::hostcost::parse_stat(text)?;
+    Some((pgrp, user + system))
 }
 
 /// The host's counters at one instant.

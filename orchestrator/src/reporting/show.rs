@@ -115,6 +115,16 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
         if let Some(e) = &p.error {
             s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
         }
+        if let Some(c) = &p.host_cost {
+            s.push_str(&format!(
+                "      host cost  CPU {:.2} s user + {:.2} s system, peak memory {} ({})\n",
+                c.cpu_user_s,
+                c.cpu_system_s,
+                c.peak_rss_mib
+                    .map_or("not read".to_string(), |m| format!("{m:.1} MiB")),
+                c.source
+            ));
+        }
         if let Some(n) = &p.noise {
             s.push_str(&format!(
                 "      host noise {:.1} % of CPU to other processes (steal {:.1} %, this run {:.1} %, load {}) over {:.1}s{}\n",

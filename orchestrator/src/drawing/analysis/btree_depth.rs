@@ -140,6 +140,7 @@ mod tests {
             summary: s,
             boot: 0,
             noise: None,
+            host_cost: None,
             earlier: Vec::new(),
         }
     }

@@ -279,6 +279,59 @@ fn manifest_table(run: &RunData) -> String {
     s
 }
 
+/// What each point cost the host (its record's `host_cost`): CPU time and
+/// peak memory, with bars scaled to the run's largest, so that a
+/// CPU-starved or memory-hungry point stands out; "" when no point has it.
+fn host_cost_panel(run: &RunData) -> String {
+    let costs: Vec<(&str, String, &crate::hostcost::HostCost)> = run
+        .manifest
+        .points
+        .iter()
+        .filter_map(|p| {
+            let params: Vec<String> = p.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            Some((p.id.as_str(), params.join(" "), p.host_cost.as_ref()?))
+        })
+        .collect();
+    if costs.is_empty() {
+        return String::new();
+    }
+    let cpu = |c: &crate::hostcost::HostCost| c.cpu_user_s + c.cpu_system_s;
+    let max_cpu = costs.iter().map(|(_, _, c)| cpu(c)).fold(0.0, f64::max);
+    let max_mem = costs
+        .iter()
+        .filter_map(|(_, _, c)| c.peak_rss_mib)
+        .fold(0.0, f64::max);
+    let bar = |v: f64, max: f64| {
+        let pct = if max > 0.0 { 100.0 * v / max } else { 0.0 };
+        format!(
+            "<span class=\"bar\" style=\"display:inline-block;height:0.7em;background:#4a7ab5;width:{pct:.0}px\"></span>"
+        )
+    };
+    let mut s = String::from(
+        "<details open><summary>Host cost per point (CPU time and peak memory of the run's processes)</summary>\n\
+         <table class=\"host-cost\">\n<tr><th>point</th><th>parameters</th><th>CPU user s</th><th>CPU system s</th><th></th><th>peak MiB</th><th></th></tr>\n",
+    );
+    for (id, params, c) in &costs {
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(id),
+            escape(params),
+            c.cpu_user_s,
+            c.cpu_system_s,
+            bar(cpu(c), max_cpu),
+            c.peak_rss_mib.map_or("-".into(), |m| format!("{m:.1}")),
+            c.peak_rss_mib.map_or(String::new(), |m| bar(m, max_mem)),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "</table>\n<p>Measured from: {}.</p></details>",
+        escape(&costs[0].2.source)
+    );
+    s
+}
+
 fn raw_links(run: &RunData, base: &str) -> String {
     let mut links = Vec::new();
     for f in [
@@ -317,6 +370,7 @@ pub fn run_section(
     );
     s.push_str(&raw_links(&rf.run, link_base));
     s.push_str(&manifest_table(&rf.run));
+    s.push_str(&host_cost_panel(&rf.run));
     if !rf.unknown.is_empty() {
         let _ = writeln!(
             s,

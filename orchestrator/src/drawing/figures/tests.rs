@@ -80,6 +80,7 @@ fn record(p: &Point, ok: bool, error: Option<&str>) -> PointRecord {
         summary: BTreeMap::new(),
         boot: 0,
         noise: None,
+        host_cost: None,
         earlier: Vec::new(),
     }
 }
@@ -191,6 +192,7 @@ impl Synth {
             started_at: "2026-01-01T00:00:00Z".into(),
             finished_at: Some("2026-01-01T00:01:00Z".into()),
             wall_s: Some(60.0),
+            outputs: Vec::new(),
         };
         manifest::write(&self.dir.join("manifest.json"), &m).unwrap();
         self.dir

@@ -15,13 +15,15 @@ use super::{Boot, BootError, BootRecord, Executor};
 use crate::progress::Event;
 use crate::qemu::channel::Channel;
 use crate::qemu::process::GroupProcess;
-use crate::spec::Timeouts;
+use crate::spec::{Limits, Timeouts};
 
 pub struct HostExecutor {
     pub agent: PathBuf,
     /// Devices with `path` set to their backing files.
     pub devices: BTreeMap<String, DeviceRef>,
     pub timeouts: Timeouts,
+    /// What each point may cost the host.
+    pub limits: Limits,
     /// Extra environment for the agent (e.g. where helper binaries are).
     pub env: Vec<(String, String)>,
     /// Where points' samples wait to be stored (inside the run directory).
@@ -105,6 +107,7 @@ impl Executor for HostExecutor {
             points: boot.points,
             devices: &self.devices,
             timeout: self.timeouts.point.0,
+            limits: &self.limits,
             peer: None,
         };
         let points_ended =

@@ -17,7 +17,7 @@ use crate::qemu::channel::Channel;
 use crate::qemu::pin::{PinSetting, Pinning};
 use crate::qemu::process::{VmProcess, console_digest, tail_lines};
 use crate::qemu::qmp::Qmp;
-use crate::spec::Timeouts;
+use crate::spec::{Limits, Timeouts};
 
 pub struct QemuExecutor {
     /// Everything but the per-boot append line, console and socket paths.
@@ -25,6 +25,8 @@ pub struct QemuExecutor {
     pub cmdline_extra: Vec<String>,
     pub devices: BTreeMap<String, DeviceRef>,
     pub timeouts: Timeouts,
+    /// What each point may cost the host.
+    pub limits: Limits,
     pub run_dir: PathBuf,
     /// `[vm] pin`: where the (client) VM's threads run.
     pub pin: PinSetting,
@@ -310,6 +312,8 @@ impl QemuExecutor {
             &pair.server_job,
             &self.devices,
             self.timeouts.point.0,
+            // A service for the whole boot: the points' limits are not its.
+            &Limits::default(),
         ) {
             Ok(PointOutcome::Done { .. }) => Ok(vm),
             Ok(PointOutcome::Failed { error }) => {
@@ -385,6 +389,7 @@ impl Executor for QemuExecutor {
             points: boot.points,
             devices: &self.devices,
             timeout: self.timeouts.point.0,
+            limits: &self.limits,
             peer: peer.as_deref(),
         };
         let points_ended =

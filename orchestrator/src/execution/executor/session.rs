@@ -13,6 +13,7 @@ use crate::plan::Point;
 use crate::progress::Event;
 use crate::qemu::channel::{Channel, ChannelError};
 use crate::results::spill::{Spill, SpillError};
+use crate::spec::Limits;
 
 /// How a wait ended badly.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +26,8 @@ pub enum Fatal {
     Protocol(String),
     /// The host could not keep what the guest sent (disk full, permission).
     Store(String),
+    /// The point went over a `[limits]` entry (its text names which).
+    OverLimit(String),
     Interrupted,
 }
 
@@ -35,7 +38,8 @@ impl std::fmt::Display for Fatal {
             | Fatal::Hung(s)
             | Fatal::TimedOut(s)
             | Fatal::Protocol(s)
-            | Fatal::Store(s) => f.write_str(s),
+            | Fatal::Store(s)
+            | Fatal::OverLimit(s) => f.write_str(s),
             Fatal::Interrupted => f.write_str("interrupted"),
         }
     }
@@ -64,9 +68,14 @@ pub struct PointRun<'p> {
     pub points: &'p [Point],
     pub devices: &'p BTreeMap<String, DeviceRef>,
     pub timeout: Duration,
+    /// What each point may cost the host.
+    pub limits: &'p Limits,
     /// The server's address in a pair topology, put in each job's "{peer}".
     pub peer: Option<&'p str>,
 }
+
+/// How often a point with `[limits]` has its cost read (a /proc scan).
+const LIMITS_EVERY: Duration = Duration::from_millis(500);
 
 /// How a boot's run of points ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,8 +147,18 @@ impl Session<'_> {
         point: &Point,
         devices: &BTreeMap<String, DeviceRef>,
         timeout: Duration,
+        limits: &Limits,
     ) -> Result<PointOutcome, Fatal> {
         let started = Instant::now();
+        // Read between messages (heartbeats come every second or so);
+        // over a limit mid-point is fatal to the boot, whose processes are
+        // the ones over it.
+        let meter = limits.any().then(crate::hostcost::start);
+        let mut metered = Instant::now();
+        let over = |meter: &Option<crate::hostcost::Start>| {
+            let m = meter.as_ref()?;
+            limits.exceeded(&crate::hostcost::end(m))
+        };
         let mut spill = Spill::new(&self.spill_dir).map_err(|e| Fatal::Store(e.to_string()))?;
         self.send(&HostMsg::Job(Box::new(Job {
             job_id,
@@ -159,6 +178,12 @@ impl Session<'_> {
                     continue;
                 }
             };
+            if metered.elapsed() >= LIMITS_EVERY {
+                metered = Instant::now();
+                if let Some(why) = over(&meter) {
+                    return Err(Fatal::OverLimit(format!("point {}: {why}", point.id())));
+                }
+            }
             match msg {
                 GuestMsg::Samples(c) if c.job_id == job_id => {
                     if refused.is_some() {
@@ -181,6 +206,10 @@ impl Session<'_> {
                         return Ok(PointOutcome::Failed {
                             error: format!("the guest sent samples the host refuses: {why}"),
                         });
+                    }
+                    // A peak between two readings shows in the peak.
+                    if let Some(why) = over(&meter) {
+                        return Ok(PointOutcome::Failed { error: why });
                     }
                     let samples = spill.finish().map_err(|e| Fatal::Store(e.to_string()))?;
                     return Ok(PointOutcome::Done {
@@ -228,7 +257,7 @@ impl Session<'_> {
                 Some(peer) => Cow::Owned(with_peer(point, peer)),
                 None => Cow::Borrowed(point),
             };
-            match self.run_point(job_id, &job, run.devices, run.timeout) {
+            match self.run_point(job_id, &job, run.devices, run.timeout, run.limits) {
                 Ok(outcome) => {
                     record.points.push(point.id());
                     if let Err(e) = on_point(point, outcome) {
@@ -492,7 +521,13 @@ mod tests {
         let mut s = from_reader(std::io::BufReader::new(EndlessLog));
         let started = Instant::now();
         let err = s
-            .run_point(1, &point(0), &BTreeMap::new(), Duration::from_millis(300))
+            .run_point(
+                1,
+                &point(0),
+                &BTreeMap::new(),
+                Duration::from_millis(300),
+                &Limits::default(),
+            )
             .unwrap_err();
         assert!(
             matches!(&err, Fatal::TimedOut(m) if m.contains("300ms") && m.contains("point p0000-r00")),
@@ -551,6 +586,7 @@ mod tests {
                 &points[0],
                 &BTreeMap::new(),
                 Duration::from_secs(5),
+                &Limits::default(),
             )
             .unwrap();
         match first {
@@ -569,6 +605,7 @@ mod tests {
                 &points[1],
                 &BTreeMap::new(),
                 Duration::from_secs(5),
+                &Limits::default(),
             )
             .unwrap();
         assert!(matches!(second, PointOutcome::Done { .. }), "{second:?}");
@@ -632,6 +669,7 @@ mod tests {
             points: &points,
             devices: &devices,
             timeout: Duration::from_secs(10),
+            limits: &Limits::default(),
             peer: None,
         };
         let mut outcomes = Vec::new();

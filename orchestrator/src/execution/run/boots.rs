@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use super::{RunError, RunOptions, RunResult};
 use crate::executor::{Boot, BootError, Executor, PointOutcome, PointRefused};
+use crate::hostcost;
 use crate::noise::{HostNoise, Snapshot};
 use crate::plan::{Plan, Point};
 use crate::progress::{Event, Progress};
 use crate::results::manifest::{self, EarlierMeasurement, Manifest, PointRecord, RunStatus};
 use crate::results::rundir::RunDir;
-use crate::results::{levels, samples, summary_table};
+use crate::results::{levels, outputs, samples, summary_table};
 use crate::spec::{BootPolicy, Spec};
 
 /// How the boots ended: every record, and why they stopped early if so.
@@ -98,6 +99,8 @@ pub(super) fn run_boots(
     let noisy_above = spec.experiment.noisy_above_pct;
     // The host's counters as the current point started.
     let point_start: std::cell::Cell<Option<Snapshot>> = std::cell::Cell::new(None);
+    // ...and the run's processes' CPU time, their peak memory reset.
+    let cost_start: std::cell::Cell<Option<hostcost::Start>> = std::cell::Cell::new(None);
     loop {
         if queue.is_empty() && stop.is_none() && opts.rerun_noisy {
             queue = plan
@@ -143,10 +146,12 @@ pub(super) fn run_boots(
                 (Some(a), Some(b)) => Some(HostNoise::measure(&a, &b, noisy_above)),
                 _ => None,
             };
+            let host_cost = cost_start.take().map(|s| hostcost::end(&s));
             let outcome = bound_run_tags(outcome, &mut run_tags);
             let stored = Measured {
                 boot: boot_index,
                 noise,
+                host_cost,
                 previous: records.get(&id).filter(|r| r.ok).cloned(),
             };
             let rec = store_point(rd, &run_id, point, outcome, stored).map_err(|e| {
@@ -169,6 +174,7 @@ pub(super) fn run_boots(
         let mut events = |e: Event| {
             if matches!(e, Event::PointStarted { .. }) {
                 point_start.set(Snapshot::take());
+                cost_start.set(Some(hostcost::start()));
             }
             progress_cell.borrow_mut().event(e)
         };
@@ -307,6 +313,18 @@ pub(super) fn finish(
         }
     }
     m.points = records.values().cloned().collect();
+    // Last of the files: what verify and pack check later.
+    match outputs::record(&rd.root) {
+        Ok(files) => m.outputs = files,
+        Err(e) => {
+            let e = format!("record the run's output files: {e}");
+            fatal = Some(match fatal {
+                Some(f) => format!("{f}\n{e}"),
+                None => e,
+            });
+            stop = Some(RunStatus::Failed);
+        }
+    }
     let done: Vec<&PointRecord> = m.points.iter().filter(|p| p.ok).collect();
     m.variance = levels::of_records(&done, level_costs(&m, &done));
     let any_failed = m.points.iter().any(|p| !p.ok);
@@ -427,6 +445,7 @@ fn bound_run_tags(outcome: PointOutcome, seen: &mut BTreeSet<String>) -> PointOu
 struct Measured {
     boot: u32,
     noise: Option<HostNoise>,
+    host_cost: Option<hostcost::HostCost>,
     /// The finished record a `--rerun-noisy` run replaces.
     previous: Option<PointRecord>,
 }
@@ -460,6 +479,7 @@ fn store_point(
     let Measured {
         boot,
         noise,
+        host_cost,
         previous,
     } = measured;
     let rec = match (outcome, previous) {
@@ -475,6 +495,7 @@ fn store_point(
         (outcome, previous) => {
             let mut rec = new_record(rd, run_id, point, outcome, boot)?;
             rec.noise = noise;
+            rec.host_cost = host_cost;
             if let Some(p) = previous {
                 rec.earlier = p.earlier.clone();
                 rec.earlier.push(EarlierMeasurement::of(&p));
@@ -511,6 +532,7 @@ fn new_record(
         summary: BTreeMap::new(),
         boot,
         noise: None,
+        host_cost: None,
         earlier: Vec::new(),
     };
     match outcome {

@@ -84,6 +84,7 @@ pub(super) fn prepare(
                 cmdline_extra: spec.vm.cmdline.clone(),
                 devices: plan.devices.clone(),
                 timeouts: spec.timeouts.clone(),
+                limits: spec.limits.clone(),
                 run_dir: dir.clone(),
                 pin: spec.vm.pin.clone(),
                 pair: pair_setup(loaded),
@@ -99,6 +100,7 @@ pub(super) fn prepare(
                 agent: agent.clone(),
                 devices: devices::host_refs(&prepared, &plan.devices),
                 timeouts: spec.timeouts.clone(),
+                limits: spec.limits.clone(),
                 env,
                 spill_dir: rd.points_dir(),
             })

@@ -246,6 +246,10 @@ fn run_in_dir(
     } = start::begin(loaded, spec_path, opts)?;
     start::announce_reruns(&rerun, progress);
     let mut executor = prepare(&rd, &mut m, progress)?;
+    // What each boot reads from the cache (kernel, initramfs, root image)
+    // stays there until the run ends: `testbed cache prune` skips it.
+    let _in_use = crate::caches::hold_for_run(&paths::cache_root(), &m.inputs.paths())
+        .map_err(|e| RunError::Setup(format!("hold the run's cache entries: {e}")))?;
     // The inputs are known only now; the earlier manifest stays as it was
     // unless they pass.
     if let Some(earlier) = &earlier {

@@ -122,6 +122,7 @@ pub(crate) fn begin(
         started_at: manifest::utc_now(),
         finished_at: None,
         wall_s: None,
+        outputs: Vec::new(),
     };
     if let Some(t) = &opts.task {
         m.inputs

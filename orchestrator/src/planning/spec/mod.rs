@@ -5,7 +5,7 @@
 //!
 //! One file per section, each with its types and its checks: `experiment`,
 //! `vm`, `guest` (`[kernel]`, `[image]`), `devices` (and `device_kinds`,
-//! one module per kind), `timeouts`, `slurm`, `topology`; `located` turns
+//! one module per kind), `timeouts`, `limits`, `slurm`, `topology`; `located` turns
 //! a field's path into the file, line and column of an error. Here: the
 //! whole spec, loading, the workload table and `[sweep]`.
 
@@ -22,6 +22,7 @@ pub mod device_kinds;
 mod devices;
 mod experiment;
 mod guest;
+mod limits;
 mod located;
 mod slurm;
 mod timeouts;
@@ -31,6 +32,7 @@ pub use device_kinds::{DeviceKind, Origin};
 pub use devices::*;
 pub use experiment::*;
 pub use guest::*;
+pub use limits::*;
 pub use located::*;
 pub use slurm::*;
 pub use timeouts::*;
@@ -56,6 +58,9 @@ pub struct Spec {
     pub sweep: BTreeMap<String, Vec<toml::Value>>,
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// What one point may cost the host (memory, CPU time).
+    #[serde(default)]
+    pub limits: Limits,
     /// Two VMs on one virtual link (qemu executor), e.g. Flight remote.
     #[serde(default)]
     pub topology: Option<Topology>,

@@ -43,6 +43,10 @@ pub struct PointRecord {
     /// records written before it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<crate::noise::HostNoise>,
+    /// CPU time and peak memory of the run's processes over the point
+    /// (hostcost.rs); absent in records written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cost: Option<crate::hostcost::HostCost>,
     /// Other attempts at this point by `--rerun-noisy`, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<EarlierMeasurement>,
@@ -120,6 +124,25 @@ impl Inputs {
     /// The sha256 an input file's record holds (`agent`, a helper, ...).
     pub fn file_sha256(&self, name: &str) -> Option<&str> {
         self.files.get(name)?.get("sha256")?.as_str()
+    }
+
+    /// The files the inputs were read from: the kernel's bzImage and every
+    /// recorded `path` (initramfs, root image, each BPF object).
+    pub fn paths(&self) -> Vec<std::path::PathBuf> {
+        let mut out: Vec<std::path::PathBuf> =
+            self.kernel.iter().map(|k| k.bzimage.clone()).collect();
+        for v in self.files.values() {
+            let listed = v.as_array().into_iter().flatten();
+            for p in std::iter::once(v)
+                .chain(listed)
+                .filter_map(|x| x.get("path"))
+            {
+                if let Some(p) = p.as_str() {
+                    out.push(std::path::PathBuf::from(p));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -232,6 +255,10 @@ pub struct Manifest {
     pub started_at: String,
     pub finished_at: Option<String>,
     pub wall_s: Option<f64>,
+    /// Every file the run wrote (outputs.rs), recorded as it finished:
+    /// `testbed verify` checks them. Empty in runs written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<super::outputs::OutputFile>,
 }
 
 impl Manifest {

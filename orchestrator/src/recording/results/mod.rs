@@ -6,6 +6,8 @@ pub mod columns;
 pub mod levels;
 pub mod manifest;
 pub mod merge;
+pub mod outputs;
+pub mod pack;
 pub mod rundir;
 pub mod samples;
 pub mod spill;

@@ -109,6 +109,10 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
     // The host's noise over the point (noise.rs), on each of its rows.
     let mut noise = Float64Builder::with_capacity(n);
     let mut noisy = BooleanBuilder::with_capacity(n);
+    // What the point cost the host (hostcost.rs), likewise.
+    let mut cpu_user = Float64Builder::with_capacity(n);
+    let mut cpu_system = Float64Builder::with_capacity(n);
+    let mut peak_rss = Float64Builder::with_capacity(n);
     for (rec, rows) in &per_point {
         for r in rows {
             run.append_value(run_id);
@@ -121,6 +125,10 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
             unit.append_option(r.unit.as_deref());
             noise.append_option(rec.noise.as_ref().map(|x| x.others_pct));
             noisy.append_option(rec.noise.as_ref().map(|x| x.noisy));
+            let cost = rec.host_cost.as_ref();
+            cpu_user.append_option(cost.map(|c| c.cpu_user_s));
+            cpu_system.append_option(cost.map(|c| c.cpu_system_s));
+            peak_rss.append_option(cost.and_then(|c| c.peak_rss_mib));
         }
     }
     let fields = vec![
@@ -134,6 +142,9 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Field::new("unit", DataType::Utf8, true),
         Field::new("host_noise_pct", DataType::Float64, true),
         Field::new("noisy", DataType::Boolean, true),
+        Field::new("host_cpu_user_s", DataType::Float64, true),
+        Field::new("host_cpu_system_s", DataType::Float64, true),
+        Field::new("host_peak_rss_mib", DataType::Float64, true),
     ];
     let cols: Vec<ArrayRef> = vec![
         Arc::new(run.finish()),
@@ -146,6 +157,9 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Arc::new(unit.finish()),
         Arc::new(noise.finish()),
         Arc::new(noisy.finish()),
+        Arc::new(cpu_user.finish()),
+        Arc::new(cpu_system.finish()),
+        Arc::new(peak_rss.finish()),
     ];
     // Params: per point, constant over its rows; one column per name.
     let params: Vec<BTreeMap<String, Scalar>> = per_point
@@ -223,6 +237,7 @@ mod tests {
             summary: serde_json::from_value(summary).unwrap(),
             boot: 0,
             noise: None,
+            host_cost: None,
             earlier: Vec::new(),
         }
     }

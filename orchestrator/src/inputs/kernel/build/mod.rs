@@ -209,6 +209,15 @@ fn build_uncached(
         .to_string();
     let config_sha256 = Some(sha256_file(&staging.dir.join("config"))?);
     let patch_names: Vec<String> = k.patches.iter().map(|p| file_name(p)).collect();
+    // Kept with the kernel, so that a packed run (`testbed pack`) carries
+    // the patches that produced it.
+    if !k.patches.is_empty() {
+        let kept = staging.dir.join("patches");
+        crate::fsutil::create_dir(&kept).map_err(|e| KernelError::io(&kept, e))?;
+        for (p, name) in k.patches.iter().zip(&patch_names) {
+            std::fs::copy(p, kept.join(name)).map_err(|e| KernelError::io(p, e))?;
+        }
+    }
     let seconds = started.elapsed().as_secs();
     let cache_hits = ccache::Hits::read(&stats_log);
     if let Some(h) = cache_hits {

@@ -1,0 +1,211 @@
+//! What a point cost the host, in BenchExec's manner: CPU time (user and
+//! system) and peak resident memory of the run's processes — QEMU, or the
+//! host agent and the helpers it starts — over the point's interval. A
+//! figure can then say whether a point was CPU-starved, and a runaway
+//! helper shows in its point's record before the host swaps.
+//!
+//! CPU: under cgroup v2 containment, from the run's cgroups' `cpu.stat`
+//! (everything that ran in them, processes that exited during the point
+//! included); otherwise from /proc/PID/stat of the run's processes (their
+//! own time and that of the children they reaped).
+//! Memory: each run process's peak resident set (VmHWM), reset as the
+//! point starts (`/proc/PID/clear_refs`, "5") and added up as it ends: for
+//! QEMU, one process, that is its whole footprint; a helper that ended
+//! before its point did is not counted, which the record's `source` says.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// One point's cost to the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostCost {
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+    /// Added peaks of the processes alive at the point's end; `None` when
+    /// none could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mib: Option<f64>,
+    /// Where the numbers come from ("cgroup v2 cpu.stat; VmHWM of 1
+    /// process").
+    pub source: String,
+}
+
+/// CPU counters of the run as a point starts (µs, user and system): from
+/// its cgroups where it has v2 ones, and from /proc.
+#[derive(Debug, Clone, Copy)]
+pub struct Start {
+    cgroup: Option<(u64, u64)>,
+    procs: (u64, u64),
+}
+
+/// Resets the run's processes' peak memory and reads their CPU time: the
+/// point starts now.
+pub fn start() -> Start {
+    let procs = run_processes();
+    for p in &procs {
+        // Not every process may be ours to reset (a setuid helper): its
+        // peak then dates from its start, which is no smaller.
+        let _ = std::fs::write(format!("/proc/{}/clear_refs", p.pid), "5");
+    }
+    Start {
+        cgroup: crate::cgroup::cpu_usec(),
+        procs: proc_cpu(&procs),
+    }
+}
+
+/// The cost since `start`.
+pub fn end(start: &Start) -> HostCost {
+    let procs = run_processes();
+    let peaks: Vec<u64> = procs.iter().filter_map(|p| vm_hwm_kib(p.pid)).collect();
+    // Both ends from one source: cgroups only if both could be read.
+    let ((user0, system0), (user1, system1), cpu) = match (start.cgroup, crate::cgroup::cpu_usec())
+    {
+        (Some(a), Some(b)) => (a, b, "cgroup v2 cpu.stat"),
+        _ => (
+            start.procs,
+            proc_cpu(&procs),
+            "/proc/PID/stat of the run's processes",
+        ),
+    };
+    HostCost {
+        cpu_user_s: seconds(user1.saturating_sub(user0)),
+        cpu_system_s: seconds(system1.saturating_sub(system0)),
+        peak_rss_mib: (!peaks.is_empty())
+            .then(|| round3(peaks.iter().sum::<u64>() as f64 / 1024.0)),
+        source: format!("{cpu}; VmHWM of {} process(es)", peaks.len()),
+    }
+}
+
+fn seconds(us: u64) -> f64 {
+    round3(us as f64 / 1e6)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// A run process and its CPU time in µs (own and reaped children's).
+struct Proc {
+    pid: u32,
+    user_us: u64,
+    system_us: u64,
+}
+
+/// The processes of the run's live process groups and cgroups, not this
+/// testbed process itself.
+fn run_processes() -> Vec<Proc> {
+    let me = std::process::id();
+    let groups: BTreeSet<u32> = crate::qemu::process::live_leaders().into_iter().collect();
+    let contained: BTreeSet<u32> = crate::cgroup::live_members().into_iter().collect();
+    let tick_us = 1e6 / clock_ticks_per_second();
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        // A process may end between listing and reading: skipped.
+        let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        if let Some((pgrp, user, system)) = parse_stat(&text)
+            && (groups.contains(&pgrp) || contained.contains(&pid))
+        {
+            out.push(Proc {
+                pid,
+                user_us: (user as f64 * tick_us) as u64,
+                system_us: (system as f64 * tick_us) as u64,
+            });
+        }
+    }
+    out
+}
+
+/// From /proc/PID/stat: (process group, utime + cutime, stime + cstime)
+/// in clock ticks.
+pub fn parse_stat(text: &str) -> Option<(u32, u64, u64)> {
+    // The command name may hold spaces and parentheses: count from the last ')'.
+    let rest: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    // rest[0] is field 3 (state): pgrp is field 5, utime..cstime 14..17.
+    let field = |i: usize| -> Option<u64> { Some(rest.get(i)?.parse::<i64>().ok()?.max(0) as u64) };
+    let pgrp = rest.get(2)?.parse().ok()?;
+    Some((pgrp, field(11)? + field(13)?, field(12)? + field(14)?))
+}
+
+/// The processes' CPU time added up (µs, user and system).
+fn proc_cpu(procs: &[Proc]) -> (u64, u64) {
+    (
+        procs.iter().map(|p| p.user_us).sum(),
+        procs.iter().map(|p| p.system_us).sum(),
+    )
+}
+
+/// A process's peak resident set since its start or its last reset (KiB).
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_vm_hwm(&status)
+}
+
+pub fn parse_vm_hwm(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as f64 } else { 100.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_group_and_times_past_a_command_name_with_parentheses() {
+        let text = "4242 (qemu (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    150 30 7 3 20 0 5 0 1000 2000000 500";
+        // utime 150 + cutime 7, stime 30 + cstime 3.
+        assert_eq!(parse_stat(text), Some((4242, 157, 33)));
+    }
+
+    #[test]
+    fn reads_the_peak_resident_set() {
+        let status = "Name:\tqemu\nVmPeak:\t 900 kB\nVmHWM:\t  524288 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(524288));
+        assert_eq!(parse_vm_hwm("Name:\tkthread\n"), None);
+    }
+
+    #[test]
+    fn a_busy_child_in_a_group_of_ours_is_counted_and_its_peak_read() {
+        use std::process::Command;
+        // A child that allocates 64 MiB, touches it, and spins for 0.3 s.
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-c",
+            "import time\nb = bytearray(64 << 20)\nt = time.time()\nwhile time.time() - t < 0.3: pass\ntime.sleep(5)",
+        ]);
+        let start = start();
+        let mut child = crate::qemu::process::GroupProcess::spawn_command(&mut cmd).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        let cost = end(&start);
+        child.kill();
+        assert!(
+            cost.cpu_user_s + cost.cpu_system_s >= 0.2,
+            "the child's spin counts: {cost:?}"
+        );
+        let peak = cost.peak_rss_mib.unwrap_or(0.0);
+        assert!(peak >= 64.0, "the child's 64 MiB count: {cost:?}");
+    }
+}
