@@ -24,8 +24,8 @@ last run's junit file for the others), else docs/phases/test-costs.tsv (a
 measured run, kept by `./x times --keep`): a test that took 424 s here is
 not planned at the 224 s another machine measured.
 
-With a deadline (--deadline, epoch seconds: `.ci/run` gives its job's end,
-from TESTBED_DEADLINE) the budget is also cut to what is left once the
+With a deadline (--deadline, epoch seconds: `./x test` gives an hour after
+its start, `.ci/run` its job's end, through TESTBED_DEADLINE) the budget is also cut to what is left once the
 short tests (their measured times added up, as if one ran at a time) and
 the smoke reproduce after them (AFTER_TESTS_SECONDS) are taken out: a cold
 machine, whose builds took most of the job, runs fewer long tests rather
@@ -166,7 +166,7 @@ def select(args):
         short = sum(v[0] for k, v in costs.items() if k not in long_tests)
         time_left = max(0.0, args.deadline - time.time() - short - AFTER_TESTS_SECONDS)
         if time_left < budget:
-            log("tests: the long-test budget is cut to %.0f s: the job ends at %s (TESTBED_DEADLINE), "
+            log("tests: the long-test budget is cut to %.0f s: the job ends at %s (its deadline: TEST_DEADLINE_MINUTES in ./x, or TESTBED_DEADLINE), "
                 "and the short tests (%.0f s) and what follows them (%.0f s) come first"
                 % (time_left, time.strftime("%H:%M:%S UTC", time.gmtime(args.deadline)), short, AFTER_TESTS_SECONDS))
             budget = time_left
