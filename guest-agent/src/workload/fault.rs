@@ -152,47 +152,35 @@ pub fn run(p: &FaultParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
 /// process group) and forks a grandchild that sleeps an hour, then exits:
 /// the grandchild outlives the job unless something kills it.
 fn leave_escapee() -> Result<(), WorkloadError> {
-    // SAFETY: the agent has other threads, so the children call only
-    // async-signal-safe functions (fork, setsid, nanosleep, _exit).
-    match unsafe { libc::fork() } {
-        -1 => Err(WorkloadError::io("fork", std::io::Error::last_os_error())),
-        0 => unsafe {
-            libc::setsid();
-            if libc::fork() == 0 {
-                let hour = libc::timespec {
-                    tv_sec: 3600,
-                    tv_nsec: 0,
-                };
-                libc::nanosleep(&hour, std::ptr::null_mut());
-            }
-            libc::_exit(0)
-        },
-        middle => {
-            let mut status = 0;
-            // SAFETY: waits for the child forked above, which is ours.
-            if unsafe { libc::waitpid(middle, &mut status, 0) } == -1 {
-                return Err(WorkloadError::io(
-                    "wait for the escapee's parent",
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            Ok(())
-        }
-    }
+    leave_grandchild(true, 3600, 0, "wait for the escapee's parent")
 }
 
 /// Forks a child that forks a grandchild and exits: the grandchild, an
 /// orphan, sleeps 10 ms and exits, to be reaped by whoever adopted it.
 fn leave_orphan() -> Result<(), WorkloadError> {
+    leave_grandchild(false, 0, 10_000_000, "wait for the orphan's parent")
+}
+
+/// Forks a child (in a session of its own if `new_session`) that forks a
+/// grandchild sleeping `secs` + `nanos`, and exits; waits for that child.
+fn leave_grandchild(
+    new_session: bool,
+    secs: libc::time_t,
+    nanos: libc::c_long,
+    waiting: &str,
+) -> Result<(), WorkloadError> {
     // SAFETY: the agent has other threads, so the children call only
-    // async-signal-safe functions (fork, nanosleep, _exit).
+    // async-signal-safe functions (fork, setsid, nanosleep, _exit).
     match unsafe { libc::fork() } {
         -1 => Err(WorkloadError::io("fork", std::io::Error::last_os_error())),
         0 => unsafe {
+            if new_session {
+                libc::setsid();
+            }
             if libc::fork() == 0 {
                 let pause = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 10_000_000,
+                    tv_sec: secs,
+                    tv_nsec: nanos,
                 };
                 libc::nanosleep(&pause, std::ptr::null_mut());
             }
@@ -202,10 +190,7 @@ fn leave_orphan() -> Result<(), WorkloadError> {
             let mut status = 0;
             // SAFETY: waits for the child forked above, which is ours.
             if unsafe { libc::waitpid(middle, &mut status, 0) } == -1 {
-                return Err(WorkloadError::io(
-                    "wait for the orphan's parent",
-                    std::io::Error::last_os_error(),
-                ));
+                return Err(WorkloadError::io(waiting, std::io::Error::last_os_error()));
             }
             Ok(())
         }
