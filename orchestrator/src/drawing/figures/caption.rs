@@ -221,7 +221,9 @@ mod tests {
                 "points": points, "started_at": "",
             }))
             .unwrap(),
-            samples: None,
+            raw: None,
+            summary: None,
+            limits: Default::default(),
         };
         let r = run(vec![
             point("a", true, Some(2.0)),

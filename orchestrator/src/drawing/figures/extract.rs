@@ -4,12 +4,14 @@
 //! paired per repetition before the median. Failed points become gaps.
 
 use std::cmp::Ordering;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::data::{self, Cell, Failed, RunData};
-use super::def::{MetricKind, Panel};
+use super::def::{MetricKind, Panel, Stat};
 use super::error::FigureError;
 use super::stats::{self, Estimate, Rep};
+use super::unit::{self, UnitValues};
 
 /// A position on the x axis: a number, or a category with its rank.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -185,7 +187,7 @@ impl Axis {
     }
 }
 
-type Units = BTreeMap<(u32, u32), Vec<f64>>;
+type Units = BTreeMap<(u32, u32), UnitValues>;
 /// The boot of each (point, repetition), from the manifest.
 type Boots = BTreeMap<(u32, u32), u32>;
 
@@ -207,24 +209,24 @@ fn ratio_key(numerators: usize, num: &str, base: &str) -> String {
 
 /// One value per repetition unit: the statistic of its raw samples, or
 /// its summary number.
-fn unit_value(panel: &Panel, v: &[f64]) -> Option<f64> {
+fn unit_value(panel: &Panel, v: &UnitValues) -> Option<f64> {
     match panel.y.kind {
-        MetricKind::Raw => stats::stat(v, panel.y.stat),
-        MetricKind::Summary => stats::stat(v, super::def::Stat::Mean),
+        MetricKind::Raw => v.stat(panel.y.stat),
+        MetricKind::Summary => v.stat(super::def::Stat::Mean),
     }
 }
 
 pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError> {
-    let sel = data::select(run, panel)?;
+    let mut sel = data::select(run, panel)?;
     let failed = data::failed_points(run, panel);
     let cells: Vec<&Cell> = sel
-        .rows
+        .groups
         .iter()
         .map(|r| &r.x)
         .chain(failed.iter().filter_map(|f| f.x.as_ref()))
         .collect();
     let axis = Axis::new(panel, &cells);
-    let mut notes = sel.notes;
+    let mut notes = std::mem::take(&mut sel.notes);
     if !axis.unmeasured.is_empty() {
         notes.push(format!(
             "{} not in this run: {}",
@@ -235,20 +237,46 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
 
     let mut groups: BTreeMap<(String, Option<String>, XKey), Units> = BTreeMap::new();
     let mut ratio_values_seen: BTreeSet<String> = BTreeSet::new();
-    for r in &sel.rows {
-        let Some(x) = axis.key(&r.x) else { continue };
+    let (mut sketched, mut largest) = (0usize, 0u64);
+    for g in sel.groups {
+        let Some(x) = axis.key(&g.x) else { continue };
         if panel.x.log && x.pos() <= 0.0 {
             continue;
         }
-        if let Some(v) = &r.ratio {
+        if let Some(v) = &g.ratio {
             ratio_values_seen.insert(v.clone());
         }
-        groups
-            .entry((r.series.join("/"), r.ratio.clone(), x))
-            .or_default()
-            .entry((r.point, r.rep))
-            .or_default()
-            .push(r.value);
+        let units = groups
+            .entry((g.series.join("/"), g.ratio.clone(), x))
+            .or_default();
+        match units.entry((g.point, g.rep)) {
+            Entry::Vacant(e) => {
+                e.insert(g.values);
+            }
+            Entry::Occupied(mut e) => e.get_mut().merge(g.values, &mut sel.budget),
+        }
+    }
+    for u in groups.values().flat_map(|units| units.values()) {
+        if u.is_sketched() {
+            sketched += 1;
+            largest = largest.max(u.count());
+        }
+    }
+    if sketched > 0 {
+        let how = match panel.y.stat {
+            Stat::Median | Stat::Percentile(_) => format!(
+                "their {} is from a DDSketch (within {} % of the exact value)",
+                panel.y.stat.name(),
+                unit::SKETCH_ALPHA * 100.0
+            ),
+            _ => format!("their {} is exact (running totals)", panel.y.stat.name()),
+        };
+        notes.push(format!(
+            "{sketched} repetition(s) of up to {largest} samples exceed what a panel keeps exactly ({} per repetition, {} in all): {how}; a single repetition's interval is resampled from a uniform sample of {} of its samples",
+            run.limits.per_unit,
+            run.limits.per_panel,
+            unit::RESERVOIR,
+        ));
     }
 
     // The boot that ran each (point, repetition): repetitions spread over
@@ -298,7 +326,12 @@ pub fn panel_data(run: &RunData, panel: &Panel) -> Result<PanelData, FigureError
                     })
                     .collect();
                 let raw = (panel.y.kind == MetricKind::Raw && units.len() == 1)
-                    .then(|| units.values().next().map(|v| (v.as_slice(), panel.y.stat)))
+                    .then(|| {
+                        units
+                            .values()
+                            .next()
+                            .map(|v| (v.for_bootstrap(), panel.y.stat))
+                    })
                     .flatten();
                 if let Some(est) = stats::estimate_reps(&reps, raw) {
                     push(
@@ -450,7 +483,7 @@ fn paired_ratios(panel: &Panel, num: &Units, den: &Units, boots: &Boots) -> Vec<
     out
 }
 
-fn ratio(panel: &Panel, n: &[f64], d: &[f64]) -> Option<f64> {
+fn ratio(panel: &Panel, n: &UnitValues, d: &UnitValues) -> Option<f64> {
     let (n, d) = (unit_value(panel, n)?, unit_value(panel, d)?);
     (d != 0.0 && n.is_finite() && d.is_finite()).then(|| n / d)
 }

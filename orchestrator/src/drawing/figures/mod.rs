@@ -24,6 +24,7 @@ pub mod png;
 pub mod report;
 pub mod stats;
 pub mod svg;
+pub mod unit;
 
 #[cfg(test)]
 mod tests;

@@ -50,6 +50,7 @@ impl Estimate {
 }
 
 /// SplitMix64: tiny, fixed across platforms and crate versions.
+#[derive(Debug, Clone)]
 pub struct Rng(u64);
 
 impl Rng {

@@ -1115,3 +1115,84 @@ fn history_finds_a_ten_percent_step_at_its_run_and_none_in_a_flat_history() {
         "{err}"
     );
 }
+
+#[test]
+fn a_repetition_too_large_to_keep_is_drawn_from_its_sketch_with_a_note() {
+    // Two repetitions of one point, each past what a unit keeps exactly:
+    // the panel's p99 comes from the sketches, within their stated
+    // accuracy, the mean stays exact, and the figure says so.
+    let t = tempfile::tempdir().unwrap();
+    // Limits of 20 000 values a unit: a test-sized stand-in for 2^20.
+    let limits = super::unit::Limits {
+        per_unit: 20_000,
+        per_panel: 1 << 24,
+    };
+    let n = 25_000;
+    let mut s = Synth::new(&t.path().join("run"));
+    let mut p99s = Vec::new();
+    let mut means = Vec::new();
+    for rep in 0..2u32 {
+        // A sawtooth with a long tail: 2 % of samples 10× the rest (p99
+        // inside the tail, not on its edge).
+        let lat: Vec<f64> = (0..n)
+            .map(|i| {
+                let base = 1_000.0 + (i % 1000) as f64 + f64::from(rep);
+                if i % 50 == 49 { base * 10.0 } else { base }
+            })
+            .collect();
+        p99s.push(super::stats::stat(&lat, def::Stat::Percentile(99.0)).unwrap());
+        means.push(super::stats::stat(&lat, def::Stat::Mean).unwrap());
+        s.ok(
+            0,
+            rep,
+            &[("depth", int(1))],
+            &[chunk("lookup_latency", &[("engine", "read")], lat)],
+            summary(&[("lookups_per_s", 1.0)]),
+        );
+    }
+    let run = s.finish("lookups", &["t-big"]);
+    let d = t.path().join("defs");
+    std::fs::create_dir_all(&d).unwrap();
+    let panel = |stat: &str| {
+        format!(
+            "[[panels]]\nname = \"{stat}\"\nx = {{ column = \"param_depth\", label = \"depth\" }}\n\
+             y = {{ metric = \"lookup_latency\", kind = \"raw\", stat = \"{stat}\", label = \"l\" }}\n\
+             series = {{ columns = [\"tag_engine\"] }}\n"
+        )
+    };
+    std::fs::write(
+        d.join("t-big.toml"),
+        format!(
+            "id = \"t-big\"\ntitle = \"t\"\nfamily = \"test\"\n{}{}",
+            panel("p99"),
+            panel("mean")
+        ),
+    )
+    .unwrap();
+    let mut data = super::data::load(&run).unwrap();
+    data.limits = limits;
+    let defs = def::load_all(&d).unwrap();
+    let fig = super::figure(&data, &defs["t-big"]).unwrap();
+    let value = |i: usize| {
+        let (_, p) = &fig.panels[i];
+        let pt = &p.series("read").unwrap().points[0];
+        assert_eq!(pt.reps.len(), 2);
+        (pt.est.value, p.notes.clone())
+    };
+    let (p99, notes) = value(0);
+    let exact = (p99s[0] + p99s[1]) / 2.0;
+    assert!(
+        (p99 - exact).abs() <= 2.0 * super::unit::SKETCH_ALPHA * exact,
+        "sketched p99 {p99}, exact {exact}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("2 repetition(s)") && n.contains("DDSketch")),
+        "{notes:?}"
+    );
+    let (mean, notes) = value(1);
+    let exact = (means[0] + means[1]) / 2.0;
+    assert!((mean - exact).abs() <= 1e-9 * exact, "{mean} vs {exact}");
+    assert!(notes.iter().any(|n| n.contains("exact")), "{notes:?}");
+}
