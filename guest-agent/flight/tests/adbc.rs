@@ -5,7 +5,7 @@
 //! a query whose one batch is larger than gRPC's 4 MiB default message
 //! limit, a prepared statement with a bound parameter, the catalog listing
 //! and a bad statement; and the same against DataFusion behind that server
-//! (`--source datafusion`), without the bound parameter.
+//! (`--source datafusion`), the bound parameter included.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -76,14 +76,14 @@ impl Drop for Server {
     }
 }
 
-/// Runs the ADBC script against `server` (with `no-params` when the source
-/// takes none) and checks what every source must give: the server's info,
+/// Runs the ADBC script against `server` and checks what every source must
+/// give: the server's info,
 /// the table's schema, every value of the query in order (a batch larger
 /// than the driver's 4 MiB limit arrived, so the server cut it), the bad
 /// column as the driver's ProgrammingError, and the table listed under
 /// `catalog`.`public` with its columns and no engine schemas. Returns the
 /// script's output for source-specific checks.
-fn adbc_against(server: &Server, extra: &[&str], catalog: &str) -> serde_json::Value {
+fn adbc_against(server: &Server, catalog: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let ipc = dir.path().join("result.arrow");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/adbc_client.py");
@@ -92,7 +92,6 @@ fn adbc_against(server: &Server, extra: &[&str], catalog: &str) -> serde_json::V
         .arg(format!("grpc://{}", server.address))
         .arg(ROWS.to_string())
         .arg(&ipc)
-        .args(extra)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -147,13 +146,9 @@ fn adbc_against(server: &Server, extra: &[&str], catalog: &str) -> serde_json::V
     out
 }
 
-#[test]
-fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("run"));
-    let out = adbc_against(&server, &[], "postgres");
-
-    // The prepared statement, bound with 2 and then 3.
+/// The driver's prepared statement (`passenger_count = $1`), bound with 2
+/// and then 3, counted as the generated table counts them.
+fn assert_prepared_counts(out: &serde_json::Value) {
     let want = taxi::batch(SEED, 0, ROWS).unwrap();
     let passengers = want.column(3).as_primitive::<Int32Type>();
     assert_eq!(taxi::COLUMNS[3].0, "passenger_count");
@@ -166,14 +161,23 @@ fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
     }
 }
 
-/// The same driver against DataFusion behind the same Flight SQL server
-/// (queries and the listing; this source takes no bound parameters).
 #[test]
-fn the_adbc_driver_queries_and_lists_datafusion_through_our_flight_sql_server() {
+fn the_adbc_driver_queries_prepares_and_lists_through_our_flight_sql_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("run"));
+    let out = adbc_against(&server, "postgres");
+    assert_prepared_counts(&out);
+}
+
+/// The same driver against DataFusion behind the same Flight SQL server:
+/// queries, the listing, and the prepared statement bound through
+/// DataFusion's own parameter types.
+#[test]
+fn the_adbc_driver_queries_prepares_and_lists_datafusion_through_our_flight_sql_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(&dir.path().join("run"), &[("--source", "datafusion")], ROWS);
-    let out = adbc_against(&server, &["no-params"], "datafusion");
-    assert!(out.get("prepared_counts").is_none(), "{out}");
+    let out = adbc_against(&server, "datafusion");
+    assert_prepared_counts(&out);
 }
 
 #[test]

@@ -4,10 +4,7 @@ a query, a prepared statement bound twice, a catalog listing and a bad
 statement. Prints one JSON object; writes the query's result as an Arrow
 IPC file for the Rust test to compare with the generated table.
 
-usage: adbc_client.py URI LIMIT IPC_PATH [no-params]
-
-With `no-params` the prepared statement with a bound parameter is left
-out (the DataFusion source takes none).
+usage: adbc_client.py URI LIMIT IPC_PATH
 """
 
 import json
@@ -19,7 +16,6 @@ import pyarrow as pa
 import pyarrow.ipc
 
 uri, limit, ipc_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with_params = sys.argv[4:] != ["no-params"]
 out = {}
 # gRPC's default receive limit (the driver raises its own to 16 MiB).
 options = {adbc_driver_flightsql.DatabaseOptions.WITH_MAX_MSG_SIZE.value: str(4 << 20)}
@@ -39,13 +35,12 @@ with flight_sql.connect(uri, db_kwargs=options) as conn:
         out["query_bytes"] = table.nbytes
 
         # A parameter makes the driver prepare, bind (DoPut) and execute.
-        if with_params:
-            sql = "SELECT count(*) AS n FROM nyc_taxi WHERE passenger_count = $1"
-            counts = {}
-            for value in (2, 3):
-                cur.execute(sql, parameters=(value,))
-                counts[str(value)] = cur.fetchone()[0]
-            out["prepared_counts"] = counts
+        sql = "SELECT count(*) AS n FROM nyc_taxi WHERE passenger_count = $1"
+        counts = {}
+        for value in (2, 3):
+            cur.execute(sql, parameters=(value,))
+            counts[str(value)] = cur.fetchone()[0]
+        out["prepared_counts"] = counts
 
         try:
             cur.execute("SELECT no_such_column FROM nyc_taxi")

@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{DataFrame, ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::scalar::ScalarValue;
 use tonic::Status;
 
 use super::taxi::TABLE;
@@ -40,34 +41,72 @@ pub async fn taxi_context(parquet: &Path, batch_rows: usize) -> Result<Arc<Sessi
 }
 
 /// Plans `sql` as a query: no DDL, DML or session statements (the server
-/// is read-only, as its SqlInfo says). Bad SQL is the client's:
-/// InvalidArgument. Statements with parameters are refused: bound
-/// parameters are served by the PostgreSQL source only.
-pub async fn plan(ctx: &SessionContext, sql: &str) -> std::result::Result<DataFrame, Status> {
+/// is read-only, as its SqlInfo says), with its parameters' types in
+/// order ($1, $2, …; `Null` where the plan cannot tell). Bad SQL is the
+/// client's: InvalidArgument.
+pub async fn prepare(
+    ctx: &SessionContext,
+    sql: &str,
+) -> std::result::Result<(DataFrame, Vec<DataType>), Status> {
     let read_only = SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)
         .with_allow_statements(false);
-    let df = ctx
-        .sql_with_options(sql, read_only)
-        .await
-        .map_err(|e| Status::invalid_argument(format!("DataFusion: {e}")))?;
-    let params = df
-        .logical_plan()
-        .get_parameter_types()
-        .map_err(|e| Status::invalid_argument(format!("DataFusion: {e}")))?;
-    if !params.is_empty() {
-        return Err(Status::unimplemented(
-            "statements with parameters are served by the PostgreSQL source; the DataFusion source takes none",
-        ));
+    let bad = |e: datafusion::error::DataFusionError| {
+        Status::invalid_argument(format!("DataFusion: {e}"))
+    };
+    let df = ctx.sql_with_options(sql, read_only).await.map_err(bad)?;
+    let named = df.logical_plan().get_parameter_types().map_err(bad)?;
+    let mut types = vec![DataType::Null; named.len()];
+    for (name, t) in named {
+        let slot = name
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| types.get_mut(i));
+        let Some(slot) = slot else {
+            return Err(Status::invalid_argument(format!(
+                "DataFusion: parameter {name}: number them $1, $2, … without gaps"
+            )));
+        };
+        *slot = t.unwrap_or(DataType::Null);
     }
-    Ok(df)
+    Ok((df, types))
 }
 
-/// The result schema of `sql`.
-pub async fn schema(ctx: &SessionContext, sql: &str) -> std::result::Result<SchemaRef, Status> {
-    let df = plan(ctx, sql).await?;
-    Ok(Arc::new(df.schema().as_arrow().clone()))
+/// Plans `sql` with `values` bound to its parameters, one per parameter.
+pub async fn plan_bound(
+    ctx: &SessionContext,
+    sql: &str,
+    values: Vec<ScalarValue>,
+) -> std::result::Result<DataFrame, Status> {
+    let (df, types) = prepare(ctx, sql).await?;
+    if types.len() != values.len() {
+        return Err(Status::invalid_argument(format!(
+            "the statement has {} parameter(s); {} were bound",
+            types.len(),
+            values.len()
+        )));
+    }
+    if values.is_empty() {
+        return Ok(df);
+    }
+    df.with_param_values(values)
+        .map_err(|e| Status::invalid_argument(format!("DataFusion: {e}")))
+}
+
+/// Plans `sql`, which must take no parameters (pgwire's simple queries).
+pub async fn plan(ctx: &SessionContext, sql: &str) -> std::result::Result<DataFrame, Status> {
+    plan_bound(ctx, sql, Vec::new()).await
+}
+
+/// The result schema of `sql` and its parameters' types.
+pub async fn describe(
+    ctx: &SessionContext,
+    sql: &str,
+) -> std::result::Result<(SchemaRef, Vec<DataType>), Status> {
+    let (df, types) = prepare(ctx, sql).await?;
+    Ok((Arc::new(df.schema().as_arrow().clone()), types))
 }
 
 /// Schemas a client lists: not the engine's own.

@@ -347,7 +347,8 @@ impl QueryParser for Queries {
         self.parse(sql).await
     }
 
-    /// The DataFusion source takes no parameters (`engine::plan` refuses
+    /// Over pgwire the DataFusion source takes no parameters
+    /// (`engine::plan` refuses them; Flight SQL's prepared statements bind
     /// them), nor do the session statements.
     fn get_parameter_types(&self, _statement: &Statement) -> PgWireResult<Vec<Type>> {
         Ok(vec![])
@@ -390,7 +391,7 @@ impl ExtendedQueryHandler for Extended {
         if !portal.parameters.is_empty() {
             return Err(user_error(
                 "0A000",
-                "statements with parameters are served by the PostgreSQL source; the DataFusion source takes none",
+                "over PostgreSQL's protocol the DataFusion source takes no parameters (Flight SQL's prepared statements bind them)",
             ));
         }
         answer(

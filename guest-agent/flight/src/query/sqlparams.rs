@@ -1,6 +1,7 @@
 //! Prepared statements of the Flight SQL server: their handles, SQL,
 //! parameter types and bound parameter row, and Arrow parameter values
-//! turned into PostgreSQL values of the statement's parameter types.
+//! turned into values of the statement's parameter types: PostgreSQL
+//! values for the PostgreSQL source, DataFusion scalars for DataFusion.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,16 +13,49 @@ use arrow::datatypes::{
     DataType, Float64Type, Int16Type, Int32Type, Int64Type, TimestampMicrosecondType,
 };
 use bytes::Bytes;
+use datafusion::scalar::ScalarValue;
 use tokio_postgres::types::{ToSql, Type};
 use tonic::Status;
 
 /// A value bound to a PostgreSQL statement parameter.
 pub type PgParam = Box<dyn ToSql + Sync + Send>;
 
+/// A statement's parameters ($1, $2, …) as its engine typed them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamTypes {
+    Postgres(Vec<Type>),
+    /// DataFusion's; `Null` where the plan could not tell.
+    Arrow(Vec<DataType>),
+}
+
+impl ParamTypes {
+    pub fn len(&self) -> usize {
+        match self {
+            ParamTypes::Postgres(t) => t.len(),
+            ParamTypes::Arrow(t) => t.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Bound parameters, ready for the statement's engine.
+pub enum Params {
+    Postgres(Vec<PgParam>),
+    Arrow(Vec<ScalarValue>),
+}
+
+impl Params {
+    pub fn none() -> Params {
+        Params::Arrow(Vec::new())
+    }
+}
+
 pub struct Prepared {
     pub sql: String,
-    /// The statement's parameters as PostgreSQL typed them ($1, $2, …).
-    pub param_types: Vec<Type>,
+    pub param_types: ParamTypes,
     /// The row bound by the client's DoPut, if any.
     pub bound: Option<RecordBatch>,
 }
@@ -49,10 +83,14 @@ impl Store {
 
     /// The statement's SQL and its parameters (converted from the bound
     /// row); a statement with parameters and nothing bound is refused.
-    pub fn sql_and_params(&self, handle: &[u8]) -> Result<(String, Vec<PgParam>), Status> {
+    pub fn sql_and_params(&self, handle: &[u8]) -> Result<(String, Params), Status> {
         let open = self.lock();
         let p = open.get(handle).ok_or_else(|| unknown(handle))?;
-        Ok((p.sql.clone(), pg_params(&p.param_types, p.bound.as_ref())?))
+        let params = match &p.param_types {
+            ParamTypes::Postgres(t) => Params::Postgres(pg_params(t, p.bound.as_ref())?),
+            ParamTypes::Arrow(t) => Params::Arrow(scalar_params(t, p.bound.as_ref())?),
+        };
+        Ok((p.sql.clone(), params))
     }
 
     /// Binds `row` (checked against the parameter count now, converted at
@@ -90,17 +128,57 @@ impl Store {
     }
 }
 
+/// The bound row, required when the statement has parameters.
+fn bound_row(n: usize, bound: Option<&RecordBatch>) -> Result<&RecordBatch, Status> {
+    bound.ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "the statement has {n} parameter(s) and none were bound"
+        ))
+    })
+}
+
+/// Not `safe`: a value that does not convert is an error, never NULL.
+fn strict_cast(col: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
+    let strict = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    arrow::compute::cast_with_options(col, to, &strict)
+        .map_err(|e| format!("{} to {to}: {e}", col.data_type()))
+}
+
+/// The bound row's values as DataFusion scalars of the types its plan gave
+/// the parameters (a client binds Python ints as int64 where the column is
+/// int32: DataFusion checks the types exactly).
+pub fn scalar_params(
+    types: &[DataType],
+    bound: Option<&RecordBatch>,
+) -> Result<Vec<ScalarValue>, Status> {
+    if types.is_empty() {
+        return Ok(Vec::new());
+    }
+    let row = bound_row(types.len(), bound)?;
+    types
+        .iter()
+        .zip(row.columns())
+        .enumerate()
+        .map(|(i, (t, col))| {
+            let col = match t {
+                DataType::Null => Ok(col.clone()),
+                t => strict_cast(col, t),
+            };
+            col.and_then(|c| ScalarValue::try_from_array(&c, 0).map_err(|e| e.to_string()))
+                .map_err(|e| Status::invalid_argument(format!("parameter ${}: {e}", i + 1)))
+        })
+        .collect()
+}
+
 /// The bound row's values as the statement's parameter types.
 pub fn pg_params(types: &[Type], bound: Option<&RecordBatch>) -> Result<Vec<PgParam>, Status> {
     if types.is_empty() {
         return Ok(Vec::new());
     }
-    let row = bound.ok_or_else(|| {
-        Status::invalid_argument(format!(
-            "the statement has {} parameter(s) and none were bound",
-            types.len()
-        ))
-    })?;
+    let row = bound_row(types.len(), bound)?;
     types
         .iter()
         .zip(row.columns())
@@ -115,13 +193,7 @@ pub fn pg_params(types: &[Type], bound: Option<&RecordBatch>) -> Result<Vec<PgPa
 /// Row 0 of `col` cast to the Arrow type of `t`, as a PostgreSQL value.
 fn value(t: &Type, col: &ArrayRef) -> Result<PgParam, String> {
     let target = super::sqlserver::arrow_type(t).map_err(|s| s.message().to_string())?;
-    // Not `safe`: a value that does not convert is an error, never NULL.
-    let strict = arrow::compute::CastOptions {
-        safe: false,
-        ..Default::default()
-    };
-    let c = arrow::compute::cast_with_options(col, &target, &strict)
-        .map_err(|e| format!("{} to {t}: {e}", col.data_type()))?;
+    let c = strict_cast(col, &target)?;
     let some = c.is_valid(0);
     Ok(match target {
         DataType::Int16 => Box::new(some.then(|| c.as_primitive::<Int16Type>().value(0))),
@@ -170,7 +242,7 @@ mod tests {
     fn prepared(types: Vec<Type>) -> Prepared {
         Prepared {
             sql: "SELECT $1".into(),
-            param_types: types,
+            param_types: ParamTypes::Postgres(types),
             bound: None,
         }
     }
@@ -195,6 +267,21 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_row_becomes_datafusion_scalars_of_the_plans_types() {
+        let r = row(vec![
+            ("a", Arc::new(Int64Array::from(vec![2]))),
+            ("b", Arc::new(StringArray::from(vec!["x"]))),
+        ]);
+        let v = scalar_params(&[DataType::Int32, DataType::Null], Some(&r)).unwrap();
+        assert_eq!(v, [ScalarValue::Int32(Some(2)), ScalarValue::from("x")]);
+        let big = row(vec![("a", Arc::new(Int64Array::from(vec![i64::MAX])))]);
+        let e = scalar_params(&[DataType::Int32], Some(&big)).unwrap_err();
+        assert!(e.message().starts_with("parameter $1: "), "{e:?}");
+        let e = scalar_params(&[DataType::Int32], None).unwrap_err();
+        assert!(e.message().contains("none were bound"), "{e:?}");
+    }
+
+    #[test]
     fn handles_bind_checked_rows_and_close_once() {
         let s = Store::default();
         let h = s.open(prepared(vec![Type::INT4]));
@@ -214,6 +301,9 @@ mod tests {
         s.bind(&h, row(vec![("a", Arc::new(Int64Array::from(vec![5])))]))
             .unwrap();
         let (sql, params) = s.sql_and_params(&h).unwrap();
+        let Params::Postgres(params) = params else {
+            panic!("a PostgreSQL statement gets PostgreSQL values")
+        };
         assert_eq!(
             (sql.as_str(), format!("{:?}", params[0])),
             ("SELECT $1", "Some(5)".into())

@@ -8,7 +8,7 @@
 //! What a client nobody here wrote needs (tested with the ADBC Flight SQL
 //! driver): Handshake (no authentication: any handshake is answered),
 //! GetSqlInfo, statements, prepared statements with one bound parameter
-//! row (PostgreSQL's `$1` markers), GetCatalogs/GetDbSchemas/GetTables/
+//! row (`$1` markers, typed by PostgreSQL or by DataFusion's plan), GetCatalogs/GetDbSchemas/GetTables/
 //! GetTableTypes, results cut into messages under gRPC's 4 MiB default, and
 //! errors as gRPC statuses (bad SQL: InvalidArgument; an unknown handle:
 //! NotFound; what is not offered: Unimplemented).
@@ -45,7 +45,7 @@ use super::pgarrow;
 pub use super::pgarrow::arrow_type;
 use super::sqlauth::Auth;
 use super::sqlmeta;
-use super::sqlparams::{PgParam, Prepared, Store};
+use super::sqlparams::{ParamTypes, Params, Prepared, Store};
 use super::taxi::TABLE;
 use crate::error::{FlightError, Result};
 use crate::server::{RunningServer, ServerConfig, start_service};
@@ -141,9 +141,10 @@ impl SqlService {
         Ok(self.describe(sql).await?.0)
     }
 
-    /// The result's schema and the parameters' PostgreSQL types (none for
-    /// the Parquet source). Bad SQL is the client's: InvalidArgument.
-    async fn describe(&self, sql: &str) -> std::result::Result<(SchemaRef, Vec<Type>), Status> {
+    /// The result's schema and the parameters' types, as the source's
+    /// engine gives them (none for the Parquet source). Bad SQL is the
+    /// client's: InvalidArgument.
+    async fn describe(&self, sql: &str) -> std::result::Result<(SchemaRef, ParamTypes), Status> {
         match &self.source {
             Source::Postgres(pg) => {
                 let stmt = pg
@@ -156,7 +157,8 @@ impl SqlService {
                     .iter()
                     .map(|c| Ok(Field::new(c.name(), arrow_type(c.type_())?, true)))
                     .collect::<std::result::Result<Vec<_>, Status>>()?;
-                Ok((Arc::new(Schema::new(fields)), stmt.params().to_vec()))
+                let types = ParamTypes::Postgres(stmt.params().to_vec());
+                Ok((Arc::new(Schema::new(fields)), types))
             }
             Source::Parquet(path) => {
                 parse_parquet_query(sql)?;
@@ -164,27 +166,41 @@ impl SqlService {
                 let b =
                     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
                         .map_err(internal)?;
-                Ok((b.schema().clone(), Vec::new()))
+                Ok((b.schema().clone(), ParamTypes::Arrow(Vec::new())))
             }
-            Source::DataFusion(ctx) => Ok((super::engine::schema(ctx, sql).await?, Vec::new())),
+            Source::DataFusion(ctx) => {
+                let (schema, types) = super::engine::describe(ctx, sql).await?;
+                Ok((schema, ParamTypes::Arrow(types)))
+            }
         }
     }
 
     async fn batches(
         &self,
         sql: String,
-        params: Vec<PgParam>,
+        params: Params,
     ) -> std::result::Result<(SchemaRef, BatchStream), Status> {
         let batch_rows = self.batch_rows;
         // DataFusion's plan carries its schema: plan once, not twice.
         if let Source::DataFusion(ctx) = &self.source {
-            let df = super::engine::plan(ctx, &sql).await?;
+            let values = match params {
+                Params::Arrow(v) => v,
+                Params::Postgres(_) => {
+                    return Err(Status::internal("PostgreSQL values bound for DataFusion"));
+                }
+            };
+            let df = super::engine::plan_bound(ctx, &sql, values).await?;
             let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
             let stream = df.execute_stream().await.map_err(internal)?;
             let stream = stream.map(|b| b.map_err(|e| AfError::ExternalError(Box::new(e))));
             return Ok((schema, Box::pin(stream)));
         }
         let schema = self.schema_of(&sql).await?;
+        let params = match params {
+            Params::Postgres(v) => v,
+            Params::Arrow(v) if v.is_empty() => Vec::new(),
+            Params::Arrow(_) => return Err(Status::internal("Arrow values bound for PostgreSQL")),
+        };
         match &self.source {
             Source::Postgres(pg) => {
                 // COPY takes no parameters: a bound statement reads rows.
@@ -315,7 +331,7 @@ impl FlightSqlService for SqlService {
     ) -> std::result::Result<Response<DoGetStream>, Status> {
         let sql = String::from_utf8(ticket.statement_handle.to_vec())
             .map_err(|_| Status::invalid_argument("statement handle is not UTF-8"))?;
-        let (schema, batches) = self.batches(sql, Vec::new()).await?;
+        let (schema, batches) = self.batches(sql, Params::none()).await?;
         Ok(Response::new(encode(schema, batches)))
     }
 
@@ -325,12 +341,19 @@ impl FlightSqlService for SqlService {
         _request: Request<Action>,
     ) -> std::result::Result<ActionCreatePreparedStatementResult, Status> {
         let (schema, param_types) = self.describe(&query.query).await?;
-        let params = Schema::new(
-            param_types
+        let arrow_types = match &param_types {
+            ParamTypes::Postgres(t) => t
                 .iter()
-                .enumerate()
-                .map(|(i, t)| Ok(Field::new(format!("${}", i + 1), arrow_type(t)?, true)))
+                .map(arrow_type)
                 .collect::<std::result::Result<Vec<_>, Status>>()?,
+            ParamTypes::Arrow(t) => t.clone(),
+        };
+        let params = Schema::new(
+            arrow_types
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| Field::new(format!("${}", i + 1), t, true))
+                .collect::<Vec<_>>(),
         );
         let handle = self.prepared.open(Prepared {
             sql: query.query,
