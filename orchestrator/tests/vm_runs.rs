@@ -337,6 +337,86 @@ size = 100
     assert_eq!(p["summary"]["zombies"], 0, "{p}");
 }
 
+/// A B+-tree spec reading with `read` and `io-uring-poll`, the guest's
+/// kernel command line given by `cmdline`.
+fn polled_btree_spec(name: &str, cmdline: &str) -> String {
+    format!(
+        r#"
+[experiment]
+name = "{name}"
+seed = 5
+
+[vm]
+vcpus = 2
+memory = "512M"
+cmdline = [{cmdline}]
+
+[[devices]]
+name = "data"
+kind = "nvme"
+size = "32M"
+logical_block_size = 512
+
+[workload]
+kind = "btree"
+device = "data"
+engines = ["read", "io-uring-poll"]
+depth = 3
+batch = 4
+lookups_per_thread = 200
+warmup_lookups = 10
+interleave_block = 50
+cross_check_lookups = 50
+"#
+    )
+}
+
+#[test]
+#[ignore = "boots QEMU twice with the debian-cloud kernel (a minute or two under TCG)"]
+fn io_uring_poll_reads_through_poll_queues_and_without_them_names_the_option() {
+    let _g = serial();
+    let t = tempfile::tempdir().unwrap();
+    // With poll queues: every lookup verified on both engines, the polled
+    // ring's numbers beside read()'s, the option in the recorded argv.
+    let spec = write_spec(
+        t.path(),
+        "polled.toml",
+        &polled_btree_spec("polled", "\"nvme.poll_queues=1\""),
+    );
+    let out = t.path().join("polled");
+    let o = run_spec(&spec, &out, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&out);
+    assert!(
+        argv_line(&m["qemu_argv"]).contains("nvme.poll_queues=1"),
+        "{}",
+        m["qemu_argv"]
+    );
+    let p = &points(&m)[0];
+    assert_eq!(p["ok"], true, "{p}");
+    for engine in ["read", "io-uring-poll"] {
+        let tput = p["summary"][format!("{engine}.lookups_per_s")].as_f64();
+        assert!(tput.is_some_and(|v| v > 0.0), "{engine}: {p}");
+    }
+
+    // Without them the point fails before measuring, naming the option.
+    let spec = write_spec(
+        t.path(),
+        "unpolled.toml",
+        &polled_btree_spec("unpolled", ""),
+    );
+    let out = t.path().join("unpolled");
+    let o = run_spec(&spec, &out, &[]);
+    let m = manifest(&out);
+    let p = &points(&m)[0];
+    assert_eq!(p["ok"], false, "{}", text(&o));
+    let error = p["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("io_poll") && error.contains("nvme.poll_queues=1"),
+        "{error}"
+    );
+}
+
 #[test]
 #[ignore = "boots QEMU VMs and kills one mid-run (minutes under TCG)"]
 fn killing_qemu_mid_run_fails_one_point_and_resume_completes_the_run() {

@@ -1,7 +1,9 @@
 //! The `io-uring` engine: one ring per thread with `batch` lookups in flight.
 //! Each completion is parsed at once and submits that lookup's next read
 //! (closed loop); a finished lookup's slot starts a new one. Registered
-//! buffers and SQPOLL are options.
+//! buffers and SQPOLL are options; with `iopoll` (the io-uring-poll engine)
+//! the ring is IOPOLL: waiting for a completion polls the device's poll
+//! queue instead of sleeping until its interrupt.
 
 use std::time::Instant;
 
@@ -20,6 +22,7 @@ pub struct UringOptions {
     pub batch: u32,
     pub registered_buffers: bool,
     pub sqpoll: bool,
+    pub iopoll: bool,
 }
 
 struct Slot {
@@ -41,13 +44,17 @@ pub struct UringEngine {
 
 impl UringEngine {
     pub fn open(path: &str, plan: &Plan, opts: UringOptions) -> Result<Self, WorkloadError> {
-        let (ring, batch) = LookupRing::new(opts.batch, opts.sqpoll)?;
+        let target = Target::open(path)?;
+        if opts.iopoll {
+            super::polled::check_polled_queue(path)?;
+        }
+        let (ring, batch) = LookupRing::new(opts.batch, opts.sqpoll, opts.iopoll)?;
         let bufs = (0..batch)
             .map(|_| direct_buf(plan.max_io_len()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut engine = UringEngine {
             ring,
-            target: Target::open(path)?,
+            target,
             bufs,
             slots: (0..batch).map(|_| None).collect(),
             opts: UringOptions { batch, ..opts },

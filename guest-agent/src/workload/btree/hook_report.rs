@@ -69,7 +69,7 @@ fn baseline(e: Engine) -> Option<Engine> {
     match e {
         Engine::SyscallHook | Engine::NvmeHook => Some(Engine::Read),
         Engine::SyscallHookUring | Engine::NvmeHookUring => Some(Engine::IoUring),
-        Engine::Read | Engine::IoUring => None,
+        Engine::Read | Engine::IoUring | Engine::IoUringPoll => None,
     }
 }
 

@@ -35,12 +35,16 @@ pub struct LookupRing {
 impl LookupRing {
     /// A ring for `batch` requests in flight, clamped to 1..=MAX_BATCH;
     /// returns the clamped batch too. `sqpoll` has a kernel thread poll the
-    /// submission queue.
-    pub fn new(batch: u32, sqpoll: bool) -> Result<(Self, u32), WorkloadError> {
+    /// submission queue; `iopoll` makes waiting poll the device for
+    /// completions (O_DIRECT reads on a queue that polls).
+    pub fn new(batch: u32, sqpoll: bool, iopoll: bool) -> Result<(Self, u32), WorkloadError> {
         let batch = batch.clamp(1, MAX_BATCH);
         let mut builder = IoUring::builder();
         if sqpoll {
             builder.setup_sqpoll(SQPOLL_IDLE_MS);
+        }
+        if iopoll {
+            builder.setup_iopoll();
         }
         let ring = builder
             .build(batch.next_power_of_two())

@@ -20,6 +20,7 @@ pub mod lookup;
 pub mod lookup_ring;
 pub mod nvme_admin;
 pub mod params;
+pub mod polled;
 pub mod protection;
 pub mod recorder;
 pub mod report;
@@ -92,6 +93,7 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
             batch: p.batch,
             registered_buffers: p.registered_buffers,
             sqpoll: p.sqpoll,
+            iopoll: false,
         },
         threads: p.threads,
         schedule: &blocks,

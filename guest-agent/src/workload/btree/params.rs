@@ -22,6 +22,10 @@ pub enum Engine {
     /// One io_uring per thread, `batch` lookups in flight.
     #[serde(alias = "io_uring")]
     IoUring,
+    /// As io-uring on an IOPOLL ring: completions are polled from the
+    /// device's poll queues (the guest boots with `nvme.poll_queues=N`),
+    /// no interrupt.
+    IoUringPoll,
     /// chained_read(2) per lookup; the kernel re-issues from the syscall layer.
     SyscallHook,
     /// chained_read(2) per lookup; re-issued from the NVMe completion handler.
@@ -38,6 +42,7 @@ impl Engine {
         match self {
             Engine::Read => "read",
             Engine::IoUring => "io-uring",
+            Engine::IoUringPoll => "io-uring-poll",
             Engine::SyscallHook => "syscall-hook",
             Engine::NvmeHook => "nvme-hook",
             Engine::SyscallHookUring => "syscall-hook-uring",
@@ -47,14 +52,19 @@ impl Engine {
 
     /// A storage-hook engine: needs the vm-hooks kernel and its BPF programs.
     pub fn is_hook(self) -> bool {
-        !matches!(self, Engine::Read | Engine::IoUring)
+        !matches!(self, Engine::Read | Engine::IoUring | Engine::IoUringPoll)
+    }
+
+    /// Completes by polling the device's queue: needs poll queues.
+    pub fn polls(self) -> bool {
+        matches!(self, Engine::IoUringPoll)
     }
 
     /// Keeps `batch` lookups in flight on an io_uring.
     pub fn uses_ring(self) -> bool {
         matches!(
             self,
-            Engine::IoUring | Engine::SyscallHookUring | Engine::NvmeHookUring
+            Engine::IoUring | Engine::IoUringPoll | Engine::SyscallHookUring | Engine::NvmeHookUring
         )
     }
 }
@@ -225,16 +235,23 @@ impl BtreeParams {
             return Err(ParamError::new("engines", "names an engine twice"));
         }
         let uring = list.contains(&Engine::IoUring);
-        for (field, set) in [
-            ("registered_buffers", self.registered_buffers),
-            ("sqpoll", self.sqpoll),
+        let polled = list.contains(&Engine::IoUringPoll);
+        for (field, set, runs) in [
+            ("registered_buffers", self.registered_buffers, uring || polled),
+            ("sqpoll", self.sqpoll, uring),
         ] {
-            if set && !uring {
+            if set && !runs {
                 return Err(ParamError::new(
                     field,
-                    "applies to the io-uring engine only, which this job does not run",
+                    "applies to the io-uring engines only, which this job does not run",
                 ));
             }
+        }
+        if polled && self.file.is_some() {
+            return Err(ParamError::new(
+                "file",
+                "io-uring-poll polls the namespace's queue: it reads the raw device, not a file",
+            ));
         }
         if self.batch > 1 && !list.iter().any(|e| e.uses_ring()) {
             return Err(ParamError::new(

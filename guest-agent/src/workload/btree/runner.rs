@@ -125,6 +125,15 @@ impl Instance {
         Ok(match engine {
             Engine::Read => Instance::Read(ReadEngine::open(path, plan)?),
             Engine::IoUring => Instance::Uring(Box::new(UringEngine::open(path, plan, cfg.uring)?)),
+            Engine::IoUringPoll => {
+                // Only the registered buffers carry over from the io-uring options.
+                let opts = UringOptions {
+                    sqpoll: false,
+                    iopoll: true,
+                    ..cfg.uring
+                };
+                Instance::Uring(Box::new(UringEngine::open(path, plan, opts)?))
+            }
             Engine::SyscallHook => Instance::Hook(HookEngine::open(path, plan, HookMode::Syscall)?),
             Engine::NvmeHook => Instance::Hook(HookEngine::open(path, plan, HookMode::Nvme)?),
             Engine::SyscallHookUring => Instance::HookUring(Box::new(HookUringEngine::open(
