@@ -337,8 +337,9 @@ size = 100
     assert_eq!(p["summary"]["zombies"], 0, "{p}");
 }
 
-/// A B+-tree spec reading with `read` and `io-uring-poll`, the guest's
-/// kernel command line given by `cmdline`.
+/// A B+-tree spec reading with `read`, `io-uring-poll`, `io-uring-sqpoll`
+/// and NVMe passthrough (interrupts and polled), the guest's kernel command
+/// line given by `cmdline`.
 fn polled_btree_spec(name: &str, cmdline: &str) -> String {
     format!(
         r#"
@@ -360,7 +361,7 @@ logical_block_size = 512
 [workload]
 kind = "btree"
 device = "data"
-engines = ["read", "io-uring-poll"]
+engines = ["read", "io-uring-poll", "io-uring-sqpoll", "nvme-passthru", "nvme-passthru-poll"]
 depth = 3
 batch = 4
 lookups_per_thread = 200
@@ -373,11 +374,11 @@ cross_check_lookups = 50
 
 #[test]
 #[ignore = "boots QEMU twice with the debian-cloud kernel (a minute or two under TCG)"]
-fn io_uring_poll_reads_through_poll_queues_and_without_them_names_the_option() {
+fn polled_and_passthrough_engines_read_and_without_poll_queues_name_the_option() {
     let _g = serial();
     let t = tempfile::tempdir().unwrap();
-    // With poll queues: every lookup verified on both engines, the polled
-    // ring's numbers beside read()'s, the option in the recorded argv.
+    // With poll queues: every engine's lookups verified on the same keys
+    // (cross-check), each engine's numbers, the option in the recorded argv.
     let spec = write_spec(
         t.path(),
         "polled.toml",
@@ -394,9 +395,35 @@ fn io_uring_poll_reads_through_poll_queues_and_without_them_names_the_option() {
     );
     let p = &points(&m)[0];
     assert_eq!(p["ok"], true, "{p}");
-    for engine in ["read", "io-uring-poll"] {
+    for engine in [
+        "read",
+        "io-uring-poll",
+        "io-uring-sqpoll",
+        "nvme-passthru",
+        "nvme-passthru-poll",
+    ] {
         let tput = p["summary"][format!("{engine}.lookups_per_s")].as_f64();
         assert!(tput.is_some_and(|v| v > 0.0), "{engine}: {p}");
+        eprintln!(
+            "{engine}: {} lookups/s, p99 {} ns, {} µs CPU per I/O",
+            p["summary"][format!("{engine}.lookups_per_s")],
+            p["summary"][format!("{engine}.lookup_latency_p99_ns")],
+            p["summary"][format!("{engine}.cpu_us_per_io")]
+        );
+    }
+
+    // `testbed show` prints each engine's rate, percentiles and CPU per I/O.
+    let o = run(&["show", out.to_str().unwrap()]);
+    let shown = text(&o);
+    for engine in ["read", "io-uring-poll", "nvme-passthru-poll"] {
+        let line = shown
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{engine}: ")))
+            .unwrap_or_else(|| panic!("no line for {engine}: {shown}"));
+        assert!(
+            line.contains("lookups/s") && line.contains("p99.9") && line.contains("µs per I/O"),
+            "{line}"
+        );
     }
 
     // Without them the point fails before measuring, naming the option.

@@ -12,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::lookup::{Lookup, MAX_HOPS, Plan};
 use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
+use super::nvme_passthru::{Namespace, check_completion};
 use super::recorder::{Recorder, ns_since};
 use super::target::{Target, direct_buf};
 use crate::workload::WorkloadError;
@@ -23,6 +24,12 @@ pub struct UringOptions {
     pub registered_buffers: bool,
     pub sqpoll: bool,
     pub iopoll: bool,
+    /// NVMe reads passed through to the driver (nvme_passthru.rs) instead
+    /// of reads of the block device.
+    pub passthru: bool,
+    /// The device registered with the ring (IOSQE_FIXED_FILE): no file
+    /// lookup per request.
+    pub registered_file: bool,
 }
 
 struct Slot {
@@ -37,6 +44,8 @@ struct Slot {
 pub struct UringEngine {
     ring: LookupRing,
     target: Target,
+    /// The namespace passthrough commands go to (`opts.passthru`).
+    namespace: Option<Namespace>,
     bufs: Vec<AlignedBuf>,
     slots: Vec<Option<Slot>>,
     opts: UringOptions,
@@ -48,17 +57,26 @@ impl UringEngine {
         if opts.iopoll {
             super::polled::check_polled_queue(path)?;
         }
-        let (ring, batch) = LookupRing::new(opts.batch, opts.sqpoll, opts.iopoll)?;
+        let namespace = opts.passthru.then(|| Namespace::open(path)).transpose()?;
+        let (ring, batch) = if opts.passthru {
+            LookupRing::new_big(opts.batch, opts.iopoll)?
+        } else {
+            LookupRing::new(opts.batch, opts.sqpoll, opts.iopoll)?
+        };
         let bufs = (0..batch)
             .map(|_| direct_buf(plan.max_io_len()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut engine = UringEngine {
             ring,
             target,
+            namespace,
             bufs,
             slots: (0..batch).map(|_| None).collect(),
             opts: UringOptions { batch, ..opts },
         };
+        if opts.registered_file {
+            engine.ring.register_file(engine.target.fd())?;
+        }
         if opts.registered_buffers {
             let iovecs: Vec<libc::iovec> = engine
                 .bufs
@@ -98,16 +116,28 @@ impl UringEngine {
             .and_then(Option::as_ref)
             .map(|s| s.lookup.io)
             .ok_or_else(|| WorkloadError::Other(format!("push for idle slot {slot}")))?;
-        let fd = types::Fd(self.target.fd());
         let ptr = self.bufs[slot].as_mut_slice().as_mut_ptr();
-        let entry: squeue::Entry = if self.opts.registered_buffers {
-            opcode::ReadFixed::new(fd, ptr, io.len as u32, slot as u16)
+        if let Some(ns) = &self.namespace {
+            let entry = ns.read(ptr, io.offset, io.len)?.user_data(slot as u64);
+            // SAFETY: as below; the command's buffer is this slot's.
+            return unsafe { self.ring.push_big(&entry) };
+        }
+        let len = io.len as u32;
+        let entry: squeue::Entry = match (self.opts.registered_file, self.opts.registered_buffers) {
+            (true, true) => opcode::ReadFixed::new(types::Fixed(0), ptr, len, slot as u16)
                 .offset(io.offset)
-                .build()
-        } else {
-            opcode::Read::new(fd, ptr, io.len as u32)
+                .build(),
+            (true, false) => opcode::Read::new(types::Fixed(0), ptr, len)
                 .offset(io.offset)
-                .build()
+                .build(),
+            (false, true) => {
+                opcode::ReadFixed::new(types::Fd(self.target.fd()), ptr, len, slot as u16)
+                    .offset(io.offset)
+                    .build()
+            }
+            (false, false) => opcode::Read::new(types::Fd(self.target.fd()), ptr, len)
+                .offset(io.offset)
+                .build(),
         };
         // SAFETY: the buffer belongs to this slot alone and outlives the read:
         // the closed loop reaps every queued read before returning.
@@ -150,13 +180,15 @@ impl SlotEngine for UringEngine {
             .ok_or_else(|| WorkloadError::Other(format!("completion for idle slot {slot}")))?;
         s.hop_ns[s.lookup.hop as usize] = ns_since(s.hop_started);
         let io = s.lookup.io;
-        if res < 0 {
+        if let Some(ns) = &self.namespace {
+            // A passthrough read moves every byte or fails with a status.
+            check_completion(res, &ns.char_path, io.offset)?;
+        } else if res < 0 {
             return Err(WorkloadError::io(
                 format!("io_uring read {} at {}", self.target.path, io.offset),
                 std::io::Error::from_raw_os_error(-res),
             ));
-        }
-        if res as usize != io.len {
+        } else if res as usize != io.len {
             return Err(self.target.short_read(io.offset, res as usize, io.len));
         }
         let data = &self.bufs[slot].as_slice()[..io.len];

@@ -69,7 +69,12 @@ fn baseline(e: Engine) -> Option<Engine> {
     match e {
         Engine::SyscallHook | Engine::NvmeHook => Some(Engine::Read),
         Engine::SyscallHookUring | Engine::NvmeHookUring => Some(Engine::IoUring),
-        Engine::Read | Engine::IoUring | Engine::IoUringPoll => None,
+        Engine::Read
+        | Engine::IoUring
+        | Engine::IoUringPoll
+        | Engine::IoUringSqpoll
+        | Engine::NvmePassthru
+        | Engine::NvmePassthruPoll => None,
     }
 }
 

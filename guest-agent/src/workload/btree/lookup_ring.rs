@@ -5,7 +5,7 @@
 //! even after a failure, because the kernel may still write into the
 //! request's memory; and if the ring breaks, that memory is leaked.
 
-use io_uring::{IoUring, squeue};
+use io_uring::{IoUring, cqueue, squeue};
 use rand_chacha::ChaCha8Rng;
 
 use crate::bpf::ring::{Ring, Sqe};
@@ -19,10 +19,12 @@ pub const MAX_BATCH: u32 = 4096;
 /// How long an idle SQPOLL thread spins before sleeping, ms.
 const SQPOLL_IDLE_MS: u32 = 2000;
 
-/// The io-uring crate's ring, or ours for the SQEs it cannot build
+/// The io-uring crate's ring (with 128-byte SQEs and 32-byte CQEs for NVMe
+/// passthrough), or ours for the SQEs it cannot build
 /// (IORING_OP_CHAINED_READ, crate::bpf::ring).
 enum Backend {
     Crate(IoUring),
+    Big(IoUring<squeue::Entry128, cqueue::Entry32>),
     Own(Ring),
 }
 
@@ -59,6 +61,27 @@ impl LookupRing {
         ))
     }
 
+    /// A ring of 128-byte SQEs and 32-byte CQEs, for NVMe passthrough
+    /// commands ([`LookupRing::push_big`]); `iopoll` as in [`LookupRing::new`].
+    pub fn new_big(batch: u32, iopoll: bool) -> Result<(Self, u32), WorkloadError> {
+        let batch = batch.clamp(1, MAX_BATCH);
+        let mut builder = IoUring::<squeue::Entry128, cqueue::Entry32>::builder();
+        if iopoll {
+            builder.setup_iopoll();
+        }
+        let ring = builder
+            .build(batch.next_power_of_two())
+            .map_err(|e| WorkloadError::io("io_uring_setup (SQE128, CQE32)", e))?;
+        let reaped = Vec::with_capacity(batch as usize);
+        Ok((
+            LookupRing {
+                ring: Backend::Big(ring),
+                reaped,
+            },
+            batch,
+        ))
+    }
+
     /// As [`LookupRing::new`] without SQPOLL, on our own ring: for
     /// [`LookupRing::push_sqe`].
     pub fn new_own(batch: u32) -> Result<(Self, u32), WorkloadError> {
@@ -82,12 +105,24 @@ impl LookupRing {
     pub unsafe fn register_buffers(&self, iovecs: &[libc::iovec]) -> Result<(), WorkloadError> {
         let Backend::Crate(ring) = &self.ring else {
             return Err(WorkloadError::Other(
-                "fixed buffers need the io-uring crate's ring".into(),
+                "fixed buffers need the io-uring crate's ring of 64-byte SQEs".into(),
             ));
         };
         // SAFETY: the caller keeps the buffers alive as long as the ring.
         unsafe { ring.submitter().register_buffers(iovecs) }
             .map_err(|e| WorkloadError::io("io_uring register buffers", e))
+    }
+
+    /// Registers `fd` as the ring's file 0 (`types::Fixed(0)`).
+    pub fn register_file(&self, fd: std::os::fd::RawFd) -> Result<(), WorkloadError> {
+        let Backend::Crate(ring) = &self.ring else {
+            return Err(WorkloadError::Other(
+                "registered files need the io-uring crate's ring of 64-byte SQEs".into(),
+            ));
+        };
+        ring.submitter()
+            .register_files(&[fd])
+            .map_err(|e| WorkloadError::io("io_uring register files", e))
     }
 
     /// Queues `entry`; it is submitted by the loop's next `submit_and_wait`.
@@ -99,6 +134,21 @@ impl LookupRing {
         let Backend::Crate(ring) = &mut self.ring else {
             return Err(WorkloadError::Other(
                 "an io-uring crate entry on our own ring".into(),
+            ));
+        };
+        // SAFETY: the caller keeps the entry's memory alive until reaped.
+        unsafe { ring.submission().push(entry) }
+            .map_err(|_| WorkloadError::Other("io_uring submission queue full".into()))
+    }
+
+    /// Queues a 128-byte `entry` ([`LookupRing::new_big`]).
+    ///
+    /// # Safety
+    /// As [`LookupRing::push`].
+    pub unsafe fn push_big(&mut self, entry: &squeue::Entry128) -> Result<(), WorkloadError> {
+        let Backend::Big(ring) = &mut self.ring else {
+            return Err(WorkloadError::Other(
+                "a 128-byte SQE on a ring of 64-byte ones".into(),
             ));
         };
         // SAFETY: the caller keeps the entry's memory alive until reaped.
@@ -123,6 +173,7 @@ impl LookupRing {
     fn submit_and_wait(&mut self, want: usize) -> std::io::Result<usize> {
         match &mut self.ring {
             Backend::Crate(r) => r.submit_and_wait(want),
+            Backend::Big(r) => r.submit_and_wait(want),
             Backend::Own(r) => r.submit_and_wait(want as u32).map(|n| n as usize),
         }
     }
@@ -132,6 +183,9 @@ impl LookupRing {
         self.reaped.clear();
         match &mut self.ring {
             Backend::Crate(r) => self
+                .reaped
+                .extend(r.completion().map(|c| (c.user_data(), c.result()))),
+            Backend::Big(r) => self
                 .reaped
                 .extend(r.completion().map(|c| (c.user_data(), c.result()))),
             Backend::Own(r) => r.reap(&mut self.reaped),

@@ -19,6 +19,7 @@ pub mod layout;
 pub mod lookup;
 pub mod lookup_ring;
 pub mod nvme_admin;
+pub mod nvme_passthru;
 pub mod params;
 pub mod polled;
 pub mod protection;
@@ -94,6 +95,8 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
             registered_buffers: p.registered_buffers,
             sqpoll: p.sqpoll,
             iopoll: false,
+            passthru: false,
+            registered_file: false,
         },
         threads: p.threads,
         schedule: &blocks,
@@ -258,7 +261,9 @@ impl super::WorkloadParams for BtreeParams {
             M::summary("lookups", "", &["engine"]),
             M::summary("wall_s", "s", &["engine"]),
             M::summary("lookup_latency_mean_ns", "ns", &["engine"]),
+            M::summary("lookup_latency_p50_ns", "ns", &["engine"]),
             M::summary("lookup_latency_p99_ns", "ns", &["engine"]),
+            M::summary("lookup_latency_p999_ns", "ns", &["engine"]),
             M::summary("hop_latency_mean_ns", "ns", &["engine"]),
             M::summary("hop_latency_p99_ns", "ns", &["engine"]),
             M::summary("ios_per_s", "IOPS", &["engine"]),
@@ -266,8 +271,10 @@ impl super::WorkloadParams for BtreeParams {
         ]
     }
     fn show_lines(&self, summary: &Summary) -> Vec<String> {
-        show::speedup_line(summary)
+        let engines: Vec<&str> = self.engine_list().iter().map(|e| e.name()).collect();
+        show::engine_lines(summary, &engines)
             .into_iter()
+            .chain(show::speedup_line(summary))
             .chain(show::fio_peer_line(summary))
             .collect()
     }

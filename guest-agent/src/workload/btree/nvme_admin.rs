@@ -39,16 +39,22 @@ const SET_FEATURES: u8 = 0x09;
 const FID_ERROR_RECOVERY: u32 = 0x05;
 const DULBE: u32 = 1 << 16;
 
-/// Turns DULBE on or off for the namespace `dev` (a block device) is.
-pub fn set_dulbe(dev: &File, on: bool) -> Result<(), std::io::Error> {
+/// The namespace id of `dev` (a namespace's block or generic char device).
+pub fn namespace_id(dev: &File) -> Result<u32, std::io::Error> {
     // SAFETY: NVME_IOCTL_ID takes no argument and returns the nsid.
     let nsid = unsafe { libc::ioctl(dev.as_raw_fd(), NVME_IOCTL_ID) };
     if nsid < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    Ok(nsid as u32)
+}
+
+/// Turns DULBE on or off for the namespace `dev` (a block device) is.
+pub fn set_dulbe(dev: &File, on: bool) -> Result<(), std::io::Error> {
+    let nsid = namespace_id(dev)?;
     let mut cmd = PassthruCmd {
         opcode: SET_FEATURES,
-        nsid: nsid as u32,
+        nsid,
         cdw10: FID_ERROR_RECOVERY,
         cdw11: if on { DULBE } else { 0 },
         ..Default::default()

@@ -26,6 +26,15 @@ pub enum Engine {
     /// device's poll queues (the guest boots with `nvme.poll_queues=N`),
     /// no interrupt.
     IoUringPoll,
+    /// As io-uring with a kernel thread polling the submission queue
+    /// (SQPOLL), the device and the buffers registered with the ring: no
+    /// system call and no per-request file or buffer lookup.
+    IoUringSqpoll,
+    /// NVMe Read commands through io_uring (`IORING_OP_URING_CMD`) on the
+    /// namespace's generic char device: no bio, no block layer.
+    NvmePassthru,
+    /// As nvme-passthru on an IOPOLL ring (needs poll queues).
+    NvmePassthruPoll,
     /// chained_read(2) per lookup; the kernel re-issues from the syscall layer.
     SyscallHook,
     /// chained_read(2) per lookup; re-issued from the NVMe completion handler.
@@ -43,6 +52,9 @@ impl Engine {
             Engine::Read => "read",
             Engine::IoUring => "io-uring",
             Engine::IoUringPoll => "io-uring-poll",
+            Engine::IoUringSqpoll => "io-uring-sqpoll",
+            Engine::NvmePassthru => "nvme-passthru",
+            Engine::NvmePassthruPoll => "nvme-passthru-poll",
             Engine::SyscallHook => "syscall-hook",
             Engine::NvmeHook => "nvme-hook",
             Engine::SyscallHookUring => "syscall-hook-uring",
@@ -52,19 +64,43 @@ impl Engine {
 
     /// A storage-hook engine: needs the vm-hooks kernel and its BPF programs.
     pub fn is_hook(self) -> bool {
-        !matches!(self, Engine::Read | Engine::IoUring | Engine::IoUringPoll)
+        !self.is_user_space()
+    }
+
+    /// Reads issued from user space alone (the baselines of the hooks).
+    pub fn is_user_space(self) -> bool {
+        matches!(
+            self,
+            Engine::Read
+                | Engine::IoUring
+                | Engine::IoUringPoll
+                | Engine::IoUringSqpoll
+                | Engine::NvmePassthru
+                | Engine::NvmePassthruPoll
+        )
     }
 
     /// Completes by polling the device's queue: needs poll queues.
     pub fn polls(self) -> bool {
-        matches!(self, Engine::IoUringPoll)
+        matches!(self, Engine::IoUringPoll | Engine::NvmePassthruPoll)
+    }
+
+    /// Sends NVMe commands to the namespace's char device.
+    pub fn passes_through(self) -> bool {
+        matches!(self, Engine::NvmePassthru | Engine::NvmePassthruPoll)
     }
 
     /// Keeps `batch` lookups in flight on an io_uring.
     pub fn uses_ring(self) -> bool {
         matches!(
             self,
-            Engine::IoUring | Engine::IoUringPoll | Engine::SyscallHookUring | Engine::NvmeHookUring
+            Engine::IoUring
+                | Engine::IoUringPoll
+                | Engine::IoUringSqpoll
+                | Engine::NvmePassthru
+                | Engine::NvmePassthruPoll
+                | Engine::SyscallHookUring
+                | Engine::NvmeHookUring
         )
     }
 }
@@ -247,10 +283,16 @@ impl BtreeParams {
                 ));
             }
         }
-        if polled && self.file.is_some() {
+        let raw_only = list
+            .iter()
+            .find(|e| e.polls() || e.passes_through());
+        if let (Some(e), Some(_)) = (raw_only, &self.file) {
             return Err(ParamError::new(
                 "file",
-                "io-uring-poll polls the namespace's queue: it reads the raw device, not a file",
+                format!(
+                    "{} reads the raw namespace (its queue or its char device), not a file",
+                    e.name()
+                ),
             ));
         }
         if self.batch > 1 && !list.iter().any(|e| e.uses_ring()) {
@@ -496,6 +538,31 @@ mod tests {
         let Plan::Tree(t) = r.plan else { panic!() };
         assert_eq!(t.layout.keys, 961);
         assert_eq!(r.target_size, 1 << 20);
+    }
+
+    #[test]
+    fn the_user_space_baselines_are_engines_that_read_the_raw_namespace() {
+        let p = parse(
+            ", \"engines\": [\"read\", \"io-uring-poll\", \"io-uring-sqpoll\", \"nvme-passthru\", \"nvme-passthru-poll\"], \"batch\": 4",
+        )
+        .unwrap();
+        let names: Vec<&str> = p.engine_list().iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            ["read", "io-uring-poll", "io-uring-sqpoll", "nvme-passthru", "nvme-passthru-poll"]
+        );
+        assert!(p.engine_list().iter().all(|e| e.is_user_space() && !e.is_hook()));
+        assert!(p.validate(&devices(64 << 20, 512)).is_ok());
+        let on_file = parse(", \"engines\": [\"read\", \"nvme-passthru\"], \"file\": \"/mnt/t\"").unwrap();
+        let e = refused(&on_file, 64 << 20);
+        assert_eq!(e.field, "file");
+        assert!(e.to_string().contains("nvme-passthru"), "{e}");
+        // SQPOLL is the io-uring-sqpoll engine's own; the option is io-uring's.
+        let e = refused(
+            &parse(", \"engines\": [\"io-uring-poll\"], \"sqpoll\": true").unwrap(),
+            64 << 20,
+        );
+        assert_eq!(e.field, "sqpoll");
     }
 
     #[test]

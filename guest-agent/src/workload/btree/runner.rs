@@ -125,11 +125,25 @@ impl Instance {
         Ok(match engine {
             Engine::Read => Instance::Read(ReadEngine::open(path, plan)?),
             Engine::IoUring => Instance::Uring(Box::new(UringEngine::open(path, plan, cfg.uring)?)),
-            Engine::IoUringPoll => {
-                // Only the registered buffers carry over from the io-uring options.
+            Engine::IoUringPoll | Engine::NvmePassthru | Engine::NvmePassthruPoll => {
+                // Only the registered buffers carry over from the io-uring
+                // options, and not to passthrough (its commands carry the
+                // buffer's address).
+                let passthru = engine.passes_through();
                 let opts = UringOptions {
                     sqpoll: false,
-                    iopoll: true,
+                    iopoll: engine.polls(),
+                    passthru,
+                    registered_buffers: cfg.uring.registered_buffers && !passthru,
+                    ..cfg.uring
+                };
+                Instance::Uring(Box::new(UringEngine::open(path, plan, opts)?))
+            }
+            Engine::IoUringSqpoll => {
+                let opts = UringOptions {
+                    sqpoll: true,
+                    registered_buffers: true,
+                    registered_file: true,
                     ..cfg.uring
                 };
                 Instance::Uring(Box::new(UringEngine::open(path, plan, opts)?))

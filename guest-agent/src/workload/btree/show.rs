@@ -1,5 +1,6 @@
 //! The lines `testbed show` prints for a btree point beyond its headline
-//! numbers: the fio peer check.
+//! numbers: each engine's throughput, latency percentiles and CPU per I/O,
+//! the hooks' speedups, the fio peer check.
 
 use crate::workload::Summary;
 
@@ -31,6 +32,37 @@ pub fn speedup_line(summary: &Summary) -> Option<String> {
         parts.push(words.join(" "));
     }
     (!parts.is_empty()).then(|| format!("speedup: {}", parts.join("; ")))
+}
+
+/// One line per engine: lookups per second, lookup latency p50/p99/p99.9
+/// and CPU time per I/O (a job of one engine has bare keys).
+pub fn engine_lines(summary: &Summary, engines: &[&str]) -> Vec<String> {
+    let bare = engines.len() == 1;
+    engines
+        .iter()
+        .filter_map(|e| {
+            let num = |k: &str| {
+                summary
+                    .get(&format!("{e}.{k}"))
+                    .or_else(|| if bare { summary.get(k) } else { None })
+                    .and_then(serde_json::Value::as_f64)
+            };
+            let mut line = format!("{e}: {:.0} lookups/s", num("lookups_per_s")?);
+            let lat: Vec<String> = [("p50", "p50"), ("p99", "p99"), ("p99.9", "p999")]
+                .iter()
+                .filter_map(|(label, k)| {
+                    num(&format!("lookup_latency_{k}_ns")).map(|v| format!("{label} {:.1}", v / 1e3))
+                })
+                .collect();
+            if !lat.is_empty() {
+                line.push_str(&format!(", latency µs {}", lat.join(" ")));
+            }
+            if let Some(c) = num("cpu_us_per_io") {
+                line.push_str(&format!(", CPU {c:.1} µs per I/O"));
+            }
+            Some(line)
+        })
+        .collect()
 }
 
 /// The fio peer check in one line: both I/O rates, their ratio and each
@@ -67,6 +99,33 @@ mod tests {
         assert_eq!(speedup_line(&Summary::new()), None);
     }
     use serde_json::json;
+
+    #[test]
+    fn each_engine_gets_its_rate_percentiles_and_cpu() {
+        let summary: Summary = [
+            ("read.lookups_per_s", json!(1234.4)),
+            ("read.lookup_latency_p50_ns", json!(780.0)),
+            ("read.lookup_latency_p99_ns", json!(2100.0)),
+            ("read.lookup_latency_p999_ns", json!(5150.0)),
+            ("read.cpu_us_per_io", json!(12.34)),
+            ("nvme-passthru.lookups_per_s", json!(2000.0)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            engine_lines(&summary, &["read", "nvme-passthru", "io-uring"]),
+            [
+                "read: 1234 lookups/s, latency µs p50 0.8 p99 2.1 p99.9 5.2, CPU 12.3 µs per I/O",
+                "nvme-passthru: 2000 lookups/s",
+            ]
+        );
+        let bare: Summary = [("lookups_per_s", json!(10.0))]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(engine_lines(&bare, &["read"]), ["read: 10 lookups/s"]);
+    }
 
     #[test]
     fn the_fio_peer_line_shows_rates_ratio_and_cpu() {
