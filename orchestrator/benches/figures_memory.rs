@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use testbed::figures::stats::Rng;
 use testbed::plan::Point;
 use testbed::results::manifest::{self, Manifest, PointRecord, RunStatus};
 use testbed::results::samples::{self, ParquetOut};
@@ -65,22 +66,6 @@ at = "largest"
 max = 1.0
 "#;
 
-/// SplitMix64 and Box–Muller: the same samples on every machine.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.next().max(1e-300), self.next());
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-}
-
 fn point(p: u32, rep: u32, depth: u32) -> Point {
     Point {
         point: p,
@@ -108,7 +93,8 @@ fn write_run(dir: &Path, total: u64) {
     let per_unit = (total / units).max(1) as usize;
     let mut out: Option<ParquetOut> = None;
     let mut records = Vec::new();
-    let mut rng = Rng(42);
+    // The figures' own fixed generator: the same samples on every machine.
+    let mut rng = Rng::new(42);
     let chunk_len = 65_536;
     for (p, &depth) in DEPTHS.iter().enumerate() {
         for rep in 0..REPS {

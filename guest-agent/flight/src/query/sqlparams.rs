@@ -128,13 +128,31 @@ impl Store {
     }
 }
 
-/// The bound row, required when the statement has parameters.
-fn bound_row(n: usize, bound: Option<&RecordBatch>) -> Result<&RecordBatch, Status> {
-    bound.ok_or_else(|| {
+/// Each parameter's value from the bound row (required when there are
+/// parameters), converted by `convert`; a failure names the parameter.
+fn convert_each<T, P>(
+    types: &[T],
+    bound: Option<&RecordBatch>,
+    convert: impl Fn(&T, &ArrayRef) -> Result<P, String>,
+) -> Result<Vec<P>, Status> {
+    if types.is_empty() {
+        return Ok(Vec::new());
+    }
+    let row = bound.ok_or_else(|| {
         Status::invalid_argument(format!(
-            "the statement has {n} parameter(s) and none were bound"
+            "the statement has {} parameter(s) and none were bound",
+            types.len()
         ))
-    })
+    })?;
+    types
+        .iter()
+        .zip(row.columns())
+        .enumerate()
+        .map(|(i, (t, col))| {
+            convert(t, col)
+                .map_err(|e| Status::invalid_argument(format!("parameter ${}: {e}", i + 1)))
+        })
+        .collect()
 }
 
 /// Not `safe`: a value that does not convert is an error, never NULL.
@@ -154,40 +172,18 @@ pub fn scalar_params(
     types: &[DataType],
     bound: Option<&RecordBatch>,
 ) -> Result<Vec<ScalarValue>, Status> {
-    if types.is_empty() {
-        return Ok(Vec::new());
-    }
-    let row = bound_row(types.len(), bound)?;
-    types
-        .iter()
-        .zip(row.columns())
-        .enumerate()
-        .map(|(i, (t, col))| {
-            let col = match t {
-                DataType::Null => Ok(col.clone()),
-                t => strict_cast(col, t),
-            };
-            col.and_then(|c| ScalarValue::try_from_array(&c, 0).map_err(|e| e.to_string()))
-                .map_err(|e| Status::invalid_argument(format!("parameter ${}: {e}", i + 1)))
-        })
-        .collect()
+    convert_each(types, bound, |t, col| {
+        let c = match t {
+            DataType::Null => col.clone(),
+            t => strict_cast(col, t)?,
+        };
+        ScalarValue::try_from_array(&c, 0).map_err(|e| e.to_string())
+    })
 }
 
 /// The bound row's values as the statement's parameter types.
 pub fn pg_params(types: &[Type], bound: Option<&RecordBatch>) -> Result<Vec<PgParam>, Status> {
-    if types.is_empty() {
-        return Ok(Vec::new());
-    }
-    let row = bound_row(types.len(), bound)?;
-    types
-        .iter()
-        .zip(row.columns())
-        .enumerate()
-        .map(|(i, (t, col))| {
-            value(t, col)
-                .map_err(|e| Status::invalid_argument(format!("parameter ${}: {e}", i + 1)))
-        })
-        .collect()
+    convert_each(types, bound, value)
 }
 
 /// Row 0 of `col` cast to the Arrow type of `t`, as a PostgreSQL value.

@@ -40,62 +40,49 @@ impl LookupRing {
     /// submission queue; `iopoll` makes waiting poll the device for
     /// completions (O_DIRECT reads on a queue that polls).
     pub fn new(batch: u32, sqpoll: bool, iopoll: bool) -> Result<(Self, u32), WorkloadError> {
-        let batch = batch.clamp(1, MAX_BATCH);
-        let mut builder = IoUring::builder();
-        if sqpoll {
-            builder.setup_sqpoll(SQPOLL_IDLE_MS);
-        }
-        if iopoll {
-            builder.setup_iopoll();
-        }
-        let ring = builder
-            .build(batch.next_power_of_two())
-            .map_err(|e| WorkloadError::io("io_uring_setup", e))?;
-        let reaped = Vec::with_capacity(batch as usize);
-        Ok((
-            LookupRing {
-                ring: Backend::Crate(ring),
-                reaped,
-            },
-            batch,
-        ))
+        Self::set_up(batch, "io_uring_setup", |entries| {
+            let mut builder = IoUring::builder();
+            if sqpoll {
+                builder.setup_sqpoll(SQPOLL_IDLE_MS);
+            }
+            if iopoll {
+                builder.setup_iopoll();
+            }
+            builder.build(entries).map(Backend::Crate)
+        })
     }
 
     /// A ring of 128-byte SQEs and 32-byte CQEs, for NVMe passthrough
     /// commands ([`LookupRing::push_big`]); `iopoll` as in [`LookupRing::new`].
     pub fn new_big(batch: u32, iopoll: bool) -> Result<(Self, u32), WorkloadError> {
-        let batch = batch.clamp(1, MAX_BATCH);
-        let mut builder = IoUring::<squeue::Entry128, cqueue::Entry32>::builder();
-        if iopoll {
-            builder.setup_iopoll();
-        }
-        let ring = builder
-            .build(batch.next_power_of_two())
-            .map_err(|e| WorkloadError::io("io_uring_setup (SQE128, CQE32)", e))?;
-        let reaped = Vec::with_capacity(batch as usize);
-        Ok((
-            LookupRing {
-                ring: Backend::Big(ring),
-                reaped,
-            },
-            batch,
-        ))
+        Self::set_up(batch, "io_uring_setup (SQE128, CQE32)", |entries| {
+            let mut builder = IoUring::<squeue::Entry128, cqueue::Entry32>::builder();
+            if iopoll {
+                builder.setup_iopoll();
+            }
+            builder.build(entries).map(Backend::Big)
+        })
     }
 
     /// As [`LookupRing::new`] without SQPOLL, on our own ring: for
     /// [`LookupRing::push_sqe`].
     pub fn new_own(batch: u32) -> Result<(Self, u32), WorkloadError> {
+        Self::set_up(batch, "io_uring_setup", |entries| {
+            Ring::new(entries).map(Backend::Own)
+        })
+    }
+
+    /// The batch clamped to 1..=MAX_BATCH and a ring of the next power of
+    /// two entries made by `build`.
+    fn set_up(
+        batch: u32,
+        what: &str,
+        build: impl FnOnce(u32) -> std::io::Result<Backend>,
+    ) -> Result<(Self, u32), WorkloadError> {
         let batch = batch.clamp(1, MAX_BATCH);
-        let ring = Ring::new(batch.next_power_of_two())
-            .map_err(|e| WorkloadError::io("io_uring_setup", e))?;
+        let ring = build(batch.next_power_of_two()).map_err(|e| WorkloadError::io(what, e))?;
         let reaped = Vec::with_capacity(batch as usize);
-        Ok((
-            LookupRing {
-                ring: Backend::Own(ring),
-                reaped,
-            },
-            batch,
-        ))
+        Ok((LookupRing { ring, reaped }, batch))
     }
 
     /// Registers `iovecs` as the ring's fixed buffers (for `ReadFixed`).

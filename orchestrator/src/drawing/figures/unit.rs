@@ -214,8 +214,8 @@ fn sample(sketch: &mut DDSketch, reservoir: &mut Vec<f64>, rng: &mut Rng, n: u64
     if reservoir.len() < RESERVOIR {
         reservoir.push(v);
     } else {
-        let j = rng.next_u64() % n;
-        if let Some(slot) = reservoir.get_mut(j as usize) {
+        let j = rng.below(usize::try_from(n).unwrap_or(usize::MAX));
+        if let Some(slot) = reservoir.get_mut(j) {
             *slot = v;
         }
     }
@@ -227,14 +227,7 @@ mod tests {
 
     fn lognormal(n: usize, seed: u64) -> Vec<f64> {
         let mut rng = Rng::new(seed);
-        (0..n)
-            .map(|_| {
-                let u1 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 + 1e-12;
-                let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                (10.0 + 0.8 * z).exp()
-            })
-            .collect()
+        (0..n).map(|_| (10.0 + 0.8 * rng.normal()).exp()).collect()
     }
 
     #[test]
