@@ -633,6 +633,8 @@ fn a_point_over_its_memory_limit_fails_alone_and_show_prints_each_points_host_co
         "{cost}"
     );
     assert!(cost["cpu_user_s"].is_number(), "{cost}");
+    // No VM, no vCPU thread: not a zero.
+    assert!(cost.get("vcpu_s").is_none(), "{cost}");
     assert_consistent(&out);
     let shown = Command::new(env!("CARGO_BIN_EXE_testbed"))
         .arg("show")
@@ -641,7 +643,7 @@ fn a_point_over_its_memory_limit_fails_alone_and_show_prints_each_points_host_co
         .unwrap();
     let shown = text(&shown);
     assert!(
-        shown.contains("host cost  CPU ") && shown.contains(" MiB ("),
+        shown.contains("host cost  CPU ") && shown.contains(" MiB (") && !shown.contains("vCPU"),
         "show prints the point's host CPU and peak memory:\n{shown}"
     );
     assert_nothing_left(&out, &[]);

@@ -190,6 +190,10 @@ fn all_engines_return_the_same_verified_values_at_every_depth() {
     let engines = [
         "read",
         "io-uring",
+        "io-uring-poll",
+        "io-uring-sqpoll",
+        "nvme-passthru",
+        "nvme-passthru-poll",
         "syscall-hook",
         "nvme-hook",
         "syscall-hook-uring",
@@ -298,6 +302,86 @@ fn every_break_it_case_holds_in_the_vm() {
 
 #[test]
 #[ignore = "boots the vm-hooks kernel"]
+fn nvme_passthrough_reads_queue_no_bio_while_block_device_reads_do() {
+    let _g = serial();
+    kernel("vm-hooks");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("bios.toml");
+    // A tree and a synthetic chain, every user-space engine verified on the
+    // same keys, the guest's bios counted per engine (block_bio_queue).
+    std::fs::write(
+        &path,
+        r#"
+[experiment]
+name = "bios"
+seed = 9
+
+[vm]
+vcpus = 2
+memory = "512M"
+cmdline = ["nvme.poll_queues=1"]
+
+[kernel]
+name = "vm-hooks"
+
+[[devices]]
+name = "data"
+kind = "nvme"
+size = "32M"
+logical_block_size = 512
+
+[workload]
+kind = "btree"
+device = "data"
+engines = ["read", "io-uring", "io-uring-poll", "io-uring-sqpoll", "nvme-passthru", "nvme-passthru-poll"]
+depth = 3
+lookups_per_thread = 60
+warmup_lookups = 5
+interleave_block = 20
+cross_check_lookups = 20
+count_bios = true
+
+[sweep]
+mode = ["tree", "synthetic"]
+"#,
+    )
+    .unwrap();
+    let run = run_spec_at(&path);
+    let points = run.points();
+    assert_eq!(points.len(), 2);
+    for p in &points {
+        let mode = p["params"]["mode"].as_str().unwrap_or("?").to_string();
+        let cross = num(p, "cross_check.lookups");
+        // Tree: 3 node reads and the value's block; chain: 3 reads.
+        let reads = if mode == "tree" { 4.0 } else { 3.0 };
+        for e in [
+            "read",
+            "io-uring",
+            "io-uring-poll",
+            "io-uring-sqpoll",
+            "nvme-passthru",
+            "nvme-passthru-poll",
+        ] {
+            assert_eq!(
+                num(p, &format!("cross_check.{e}.verified")),
+                cross,
+                "{mode} {e}"
+            );
+            assert_eq!(num(p, &format!("{e}.verified_lookups")), 60.0, "{mode} {e}");
+            let bios = num(p, &format!("{e}.block_bios"));
+            eprintln!("{mode} {e}: {bios} bios for 60 lookups");
+            if e.starts_with("nvme-passthru") {
+                assert_eq!(bios, 0.0, "{mode} {e}: passthrough queued bios");
+            } else {
+                // One bio per read at least (every read is one block range).
+                assert!(bios >= 60.0 * reads, "{mode} {e}: {bios} bios");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "boots the vm-hooks kernel"]
 fn quick_fig3_sweeps_write_samples_for_every_engine() {
     let _g = serial();
     kernel("vm-hooks");
@@ -309,7 +393,13 @@ fn quick_fig3_sweeps_write_samples_for_every_engine() {
         ),
         (
             "fig3d-hooks-quick.toml",
-            &["io-uring", "nvme-hook-uring"][..],
+            &[
+                "io-uring",
+                "io-uring-poll",
+                "io-uring-sqpoll",
+                "nvme-passthru-poll",
+                "nvme-hook-uring",
+            ][..],
             36,
         ),
     ] {

@@ -26,6 +26,12 @@ pub struct HostCost {
     /// none could be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mib: Option<f64>,
+    /// CPU time of QEMU's vCPU threads ("CPU n/KVM", "CPU n/TCG"), user and
+    /// system: the guest's work as the host sees it — under KVM the guest's
+    /// own cycles, under TCG its emulation as well. Part of the CPU above;
+    /// `None` when no vCPU thread ran (host executor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_s: Option<f64>,
     /// Where the numbers come from ("cgroup v2 cpu.stat; VmHWM of 1
     /// process").
     pub source: String,
@@ -37,6 +43,7 @@ pub struct HostCost {
 pub struct Start {
     cgroup: Option<(u64, u64)>,
     procs: (u64, u64),
+    vcpu_us: Option<u64>,
 }
 
 /// Resets the run's processes' peak memory and reads their CPU time: the
@@ -51,6 +58,7 @@ pub fn start() -> Start {
     Start {
         cgroup: crate::cgroup::cpu_usec(),
         procs: proc_cpu(&procs),
+        vcpu_us: vcpu_usec(&procs),
     }
 }
 
@@ -73,6 +81,10 @@ pub fn end(start: &Start) -> HostCost {
         cpu_system_s: seconds(system1.saturating_sub(system0)),
         peak_rss_mib: (!peaks.is_empty())
             .then(|| round3(peaks.iter().sum::<u64>() as f64 / 1024.0)),
+        vcpu_s: start
+            .vcpu_us
+            .zip(vcpu_usec(&procs))
+            .map(|(a, b)| seconds(b.saturating_sub(a))),
         source: format!("{cpu}; VmHWM of {} process(es)", peaks.len()),
     }
 }
@@ -138,6 +150,39 @@ pub fn parse_stat(text: &str) -> Option<(u32, u64, u64)> {
     Some((pgrp, field(11)? + field(13)?, field(12)? + field(14)?))
 }
 
+/// QEMU names its vCPU threads "CPU <n>/KVM" or "CPU <n>/TCG".
+pub fn is_vcpu_thread(comm: &str) -> bool {
+    let comm = comm.trim_end();
+    comm.starts_with("CPU ") && (comm.ends_with("/KVM") || comm.ends_with("/TCG"))
+}
+
+/// The CPU time (µs, user + system) of the processes' vCPU threads so far;
+/// `None` when they have none.
+fn vcpu_usec(procs: &[Proc]) -> Option<u64> {
+    let tick_us = 1e6 / clock_ticks_per_second();
+    let mut total = None;
+    for p in procs {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", p.pid)) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if !is_vcpu_thread(&comm) {
+                continue;
+            }
+            // A thread's own stat: its cutime/cstime fields are 0.
+            if let Some((_, user, system)) = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .as_deref()
+                .and_then(parse_stat)
+            {
+                *total.get_or_insert(0) += ((user + system) as f64 * tick_us) as u64;
+            }
+        }
+    }
+    total
+}
+
 /// The processes' CPU time added up (µs, user and system).
 fn proc_cpu(procs: &[Proc]) -> (u64, u64) {
     (
@@ -178,6 +223,14 @@ mod tests {
                     150 30 7 3 20 0 5 0 1000 2000000 500";
         // utime 150 + cutime 7, stime 30 + cstime 3.
         assert_eq!(parse_stat(text), Some((4242, 157, 33)));
+    }
+
+    #[test]
+    fn qemu_vcpu_threads_are_told_by_name() {
+        assert!(is_vcpu_thread("CPU 0/KVM\n"));
+        assert!(is_vcpu_thread("CPU 11/TCG"));
+        assert!(!is_vcpu_thread("qemu-system-x86"));
+        assert!(!is_vcpu_thread("CPU 0/something"));
     }
 
     #[test]

@@ -116,8 +116,11 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
             s.push_str(&format!("      {}\n", e.lines().next().unwrap_or("")));
         }
         if let Some(c) = &p.host_cost {
+            let vcpu = c
+                .vcpu_s
+                .map_or(String::new(), |v| format!(" (vCPU threads {v:.2} s)"));
             s.push_str(&format!(
-                "      host cost  CPU {:.2} s user + {:.2} s system, peak memory {} ({})\n",
+                "      host cost  CPU {:.2} s user + {:.2} s system{vcpu}, peak memory {} ({})\n",
                 c.cpu_user_s,
                 c.cpu_system_s,
                 c.peak_rss_mib

@@ -96,6 +96,11 @@ impl UringEngine {
         Ok(engine)
     }
 
+    /// The ring's SQPOLL kernel thread, when it has one.
+    pub fn sq_thread(&self) -> Option<i32> {
+        self.ring.sq_thread()
+    }
+
     /// Runs `n` lookups, at most `batch` in flight.
     pub fn run(
         &mut self,

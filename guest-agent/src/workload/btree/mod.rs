@@ -6,6 +6,7 @@
 //! value (`index_ios_per_lookup = d`, `total_ios_per_lookup = d + 1`). The
 //! synthetic mode reads `d` blocks at seeded random offsets instead.
 
+pub mod bio_count;
 pub mod build;
 pub mod cpu;
 pub mod descriptor;
@@ -86,6 +87,13 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         .compare_with_fio
         .then(|| fio_job(p, plan, &path, ctx.seed));
     let peer = fio_job.as_ref().map(|job| move || run_fio(job));
+    if engines.contains(&Engine::NvmePassthruPoll) {
+        let release = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        polled::check_passthru_poll_threads(&release, p.threads)?;
+    }
+    let bios = p.count_bios.then(bio_count::BioCounter::open).transpose()?;
     let cfg = RunConfig {
         path: &path,
         plan,
@@ -106,6 +114,7 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
             .as_ref()
             .map(|f| f as &(dyn Fn() -> Result<fio::FioReport, WorkloadError> + Sync)),
         pin_threads: p.pin_threads,
+        bios: bios.as_ref(),
     };
     if p.cross_check_lookups > 0 {
         hook_report::cross_check(&cfg, p.cross_check_lookups, &mut summary)?;
@@ -126,7 +135,15 @@ pub fn run(p: &BtreeParams, ctx: &JobContext) -> Result<Summary, WorkloadError> 
         } else {
             engine.name()
         };
-        let n = report::summarise_engine(prefix, e, plan, &outcomes, walls[e], &mut summary);
+        let n = report::summarise_engine(
+            prefix,
+            e,
+            plan,
+            &outcomes,
+            walls[e],
+            cfg.bios.is_some(),
+            &mut summary,
+        );
         numbers.insert(*engine, n);
         if engine.is_hook() {
             hook_report::put_kernel_hops(prefix, e, &outcomes, &mut summary);
@@ -268,6 +285,11 @@ impl super::WorkloadParams for BtreeParams {
             M::summary("hop_latency_p99_ns", "ns", &["engine"]),
             M::summary("ios_per_s", "IOPS", &["engine"]),
             M::summary("cpu_us_per_io", "µs", &["engine"]),
+            M::summary("cpu_us_per_lookup", "µs", &["engine"]),
+            M::summary("guest_cpu_us_per_lookup", "µs", &["engine"]),
+            M::summary("guest_busy_s", "s", &["engine"]),
+            M::summary("block_bios", "", &["engine"]),
+            M::summary("bios_per_lookup", "", &["engine"]),
         ]
     }
     fn show_lines(&self, summary: &Summary) -> Vec<String> {

@@ -198,6 +198,12 @@ pub struct BtreeParams {
     /// Pin lookup thread t to CPU t (mod the CPUs), and fio's job t too.
     #[serde(default)]
     pub pin_threads: bool,
+    /// Count the bios the guest submits during each engine's measured
+    /// blocks (`block:block_bio_queue` through perf on every CPU):
+    /// `<engine>.block_bios`, `<engine>.bios_per_lookup`. Adds a barrier
+    /// per block: for checking paths, not for timing.
+    #[serde(default)]
+    pub count_bios: bool,
     /// Before measuring, every engine looks up the same keys (one seed for
     /// all engines), each value verified against its key.
     #[serde(default)]

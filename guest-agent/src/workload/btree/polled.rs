@@ -8,6 +8,28 @@ use std::path::{Path, PathBuf};
 
 use crate::workload::WorkloadError;
 
+/// Linux before 6.5 polls a passthrough command through its bio
+/// (`nvme_ns_chr_uring_cmd_iopoll` reads `ioucmd->cookie` under RCU), which
+/// another ring polling the same queue may already have completed and
+/// freed: with two threads on `nvme-passthru-poll` the 6.1 guest died here
+/// in `bio_poll` (general protection fault). 6.5 polls the request instead
+/// ("nvme: improved uring polling"). `release` is `uname -r`.
+pub fn check_passthru_poll_threads(release: &str, threads: u32) -> Result<(), WorkloadError> {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if threads > 1 && version < (6, 5) {
+        return Err(WorkloadError::Other(format!(
+            "nvme-passthru-poll with {threads} threads: Linux {release} polls a passthrough \
+             command through a bio that another thread's ring may have completed and freed \
+             (nvme_ns_chr_uring_cmd_iopoll → bio_poll; a general protection fault in this \
+             testbed's 6.1 guest), fixed in Linux 6.5; run it with threads = 1 on this kernel"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `device`'s queue polls (`/sys/class/block/NAME/queue/io_poll`
 /// is 1; a partition's queue is its disk's).
 pub fn check_polled_queue(device: &str) -> Result<(), WorkloadError> {
@@ -49,6 +71,16 @@ fn check_in(class_block: &Path, device: &Path) -> Result<(), WorkloadError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn polled_passthrough_with_threads_is_refused_before_linux_6_5() {
+        let e = check_passthru_poll_threads("6.1.192", 2).unwrap_err().to_string();
+        assert!(e.contains("threads = 1") && e.contains("6.1.192"), "{e}");
+        assert!(check_passthru_poll_threads("6.1.192", 1).is_ok());
+        assert!(check_passthru_poll_threads("6.5.0-1-amd64", 4).is_ok());
+        assert!(check_passthru_poll_threads("6.12.9", 2).is_ok());
+        assert!(check_passthru_poll_threads("5.19.0", 2).is_err());
+    }
     use super::*;
 
     fn sysfs(t: &Path, disk: &str, poll: &str) {

@@ -57,6 +57,7 @@ pub fn summarise_engine(
     plan: &Plan,
     outcomes: &[ThreadOutcome],
     wall_s: f64,
+    bios_counted: bool,
     summary: &mut Summary,
 ) -> EngineNumbers {
     let tallies: Vec<_> = outcomes.iter().filter_map(|o| o.tallies.get(e)).collect();
@@ -71,6 +72,13 @@ pub fn summarise_engine(
     put(summary, key(prefix, "wall_s"), wall_s);
     put(summary, key(prefix, "lookups_per_s"), lookups_per_s);
     put(summary, key(prefix, "ios_per_s"), ios_per_s);
+    if bios_counted {
+        let bios: u64 = tallies.iter().map(|t| t.bios).sum();
+        put(summary, key(prefix, "block_bios"), bios);
+        if lookups > 0.0 {
+            put(summary, key(prefix, "bios_per_lookup"), bios as f64 / lookups);
+        }
+    }
     let verified: u64 = tallies.iter().map(|t| t.rec.verified).sum();
     put(summary, key(prefix, "verified_lookups"), verified);
     latency_summary(&key(prefix, "lookup_latency"), &all, summary);
@@ -117,6 +125,20 @@ pub fn summarise_engine(
         .fold((0.0, 0.0), |(u, s), t| (u + t.cpu.user_s, s + t.cpu.sys_s));
     put(summary, key(prefix, "cpu_user_s"), user);
     put(summary, key(prefix, "cpu_sys_s"), sys);
+    let guest_busy: f64 = tallies.iter().map(|t| t.guest_busy_s).sum();
+    put(summary, key(prefix, "guest_busy_s"), guest_busy);
+    if lookups > 0.0 {
+        put(
+            summary,
+            key(prefix, "cpu_us_per_lookup"),
+            (user + sys) / lookups * 1e6,
+        );
+        put(
+            summary,
+            key(prefix, "guest_cpu_us_per_lookup"),
+            guest_busy / lookups * 1e6,
+        );
+    }
     let ios = lookups * f64::from(plan.ios_per_lookup());
     if ios > 0.0 {
         put(

@@ -12,7 +12,8 @@ use std::time::Instant;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::cpu::{CpuTimes, thread_cpu};
+use super::bio_count::BioCounter;
+use super::cpu::{CpuTimes, GuestCpu, other_thread_cpu, thread_cpu};
 use super::engine_hook::{HookEngine, HookMode};
 use super::engine_hook_uring::HookUringEngine;
 use super::engine_read::ReadEngine;
@@ -93,6 +94,8 @@ pub struct RunConfig<'a> {
     pub peer: Option<Peer<'a>>,
     /// Pin lookup thread t to CPU t mod (online CPUs).
     pub pin_threads: bool,
+    /// Count the guest's bio submissions per engine (`count_bios`).
+    pub bios: Option<&'a BioCounter>,
 }
 
 /// What one engine did on one thread.
@@ -101,6 +104,12 @@ pub struct EngineTally {
     pub cpu: CpuTimes,
     /// Reads the kernel did for measured lookups (hook engines; 0 otherwise).
     pub kernel_hops: u64,
+    /// Bios submitted in the guest during the engine's measured blocks, by
+    /// any thread (`count_bios`; thread 0's tally holds them).
+    pub bios: u64,
+    /// The guest's busy CPU time (all CPUs) during the engine's measured
+    /// blocks (thread 0's tally holds it).
+    pub guest_busy_s: f64,
 }
 
 pub struct ThreadOutcome {
@@ -163,6 +172,15 @@ impl Instance {
                 batch,
             )?)),
         })
+    }
+
+    /// A kernel thread that works for this engine outside its lookup
+    /// threads (the SQPOLL poller), whose CPU time is the engine's too.
+    pub(super) fn helper_thread(&self) -> Option<i32> {
+        match self {
+            Instance::Uring(e) => e.sq_thread(),
+            Instance::Read(_) | Instance::Hook(_) | Instance::HookUring(_) => None,
+        }
     }
 
     /// Reads done in the kernel since the last call (hook engines).
@@ -241,22 +259,73 @@ fn thread_main(
                     rec,
                     cpu: CpuTimes::default(),
                     kernel_hops: 0,
+                    bios: 0,
+                    guest_busy_s: 0.0,
                 });
                 instances.push(inst);
             }
             (Err(e), _) | (_, Err(e)) => note(e, &mut error),
         }
     }
+    let mut helpers: Vec<Option<Helper>> = instances
+        .iter()
+        .map(|i| i.helper_thread().and_then(Helper::new))
+        .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ (u64::from(t) << 32 | 0xb7ee));
     let mut spans = vec![None; cfg.schedule.len()];
     let mut peer_reports = Vec::new();
     // Every thread waits at every block, even after a failure, so no thread
     // is left alone at a barrier.
+    // At every block boundary thread 0 reads the guest-wide counters and
+    // gives what they moved to the engine of the block that just ended, if
+    // measured: the guest's busy CPU time (/proc/stat: interrupts, softirqs
+    // and kernel threads too — where a hook re-issues and a poller spins)
+    // and, with `count_bios`, the bios submitted. Bios are counted exactly
+    // (a second barrier keeps every thread out of the next block until
+    // read); CPU time is in ticks, and the microseconds thread 0 spends
+    // reading while others start the next block do not matter at that grain.
+    let mut mark: Option<(Option<GuestCpu>, u64, Option<usize>)> = None;
+    let mut at_boundary = |next: Option<&Block>,
+                           tallies: &mut Vec<EngineTally>,
+                           error: &mut Option<WorkloadError>| {
+        if t != 0 {
+            if cfg.bios.is_some() {
+                barrier.wait();
+            }
+            return;
+        }
+        let cpu = GuestCpu::read();
+        let bios = match cfg.bios.map(BioCounter::total).transpose() {
+            Ok(b) => b.unwrap_or(0),
+            Err(e) => {
+                note(e, error);
+                0
+            }
+        };
+        if let Some((cpu0, bios0, Some(engine))) = mark
+            && let Some(tally) = tallies.get_mut(engine)
+        {
+            tally.bios += bios.saturating_sub(bios0);
+            if let (Some(a), Some(b)) = (cpu0, cpu) {
+                tally.guest_busy_s += b.seconds_since(a).0;
+            }
+        }
+        let measured = match next {
+            Some(Block::Measure { engine, .. }) => Some(*engine),
+            _ => None,
+        };
+        mark = Some((cpu, bios, measured));
+        if cfg.bios.is_some() {
+            barrier.wait();
+        }
+    };
     for (i, block) in cfg.schedule.iter().enumerate() {
         barrier.wait();
+        at_boundary(Some(block), &mut tallies, &mut error);
         if failed.load(Ordering::SeqCst) {
             continue;
         }
+        settle_helpers(&mut helpers, &mut tallies, Some(block));
         let outcome = match *block {
             Block::Measure { engine, lookups } => {
                 let (inst, tally) = (&mut instances[engine], &mut tallies[engine]);
@@ -288,6 +357,10 @@ fn thread_main(
             note(e, &mut error);
         }
     }
+    // Every thread has finished the last block before it is counted.
+    barrier.wait();
+    at_boundary(None, &mut tallies, &mut error);
+    settle_helpers(&mut helpers, &mut tallies, None);
     match error {
         Some(e) => Err(e),
         None => Ok(ThreadOutcome {
@@ -299,6 +372,57 @@ fn thread_main(
 }
 
 /// Online CPUs, as the scheduler sees them (at least 1).
+/// An engine's helper thread (its SQPOLL poller) and its CPU clock as last
+/// read. It serves its engine's ring alone, so all its time between two
+/// readings belongs to that engine's latest block — spent in it or in the
+/// short spin after it, during another engine's block — and counts when
+/// that block was measured (not a warm-up).
+struct Helper {
+    tid: i32,
+    last: CpuTimes,
+    measuring: bool,
+}
+
+impl Helper {
+    fn new(tid: i32) -> Option<Helper> {
+        Some(Helper {
+            tid,
+            last: other_thread_cpu(tid)?,
+            measuring: false,
+        })
+    }
+}
+
+/// At a block boundary (`next` None after the last block): adds each
+/// helper's time since its last reading to its engine's tally if its
+/// latest block was measured, and notes whether `next` is a measured block
+/// of its engine.
+fn settle_helpers(
+    helpers: &mut [Option<Helper>],
+    tallies: &mut [EngineTally],
+    next: Option<&Block>,
+) {
+    for (engine, slot) in helpers.iter_mut().enumerate() {
+        let Some(h) = slot else { continue };
+        // The poller exits with its ring; nothing more to count then.
+        let Some(now) = other_thread_cpu(h.tid) else {
+            *slot = None;
+            continue;
+        };
+        if h.measuring
+            && let Some(t) = tallies.get_mut(engine)
+        {
+            t.cpu.add(now.since(h.last));
+        }
+        h.last = now;
+        match next {
+            Some(Block::Measure { engine: e, .. }) if *e == engine => h.measuring = true,
+            Some(Block::Warmup { engine: e, .. }) if *e == engine => h.measuring = false,
+            _ => {}
+        }
+    }
+}
+
 pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }

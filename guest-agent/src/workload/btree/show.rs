@@ -35,7 +35,8 @@ pub fn speedup_line(summary: &Summary) -> Option<String> {
 }
 
 /// One line per engine: lookups per second, lookup latency p50/p99/p99.9
-/// and CPU time per I/O (a job of one engine has bare keys).
+/// CPU time of the lookup threads per lookup and per I/O, and the guest's
+/// busy time per lookup (a job of one engine has bare keys).
 pub fn engine_lines(summary: &Summary, engines: &[&str]) -> Vec<String> {
     let bare = engines.len() == 1;
     engines
@@ -57,8 +58,15 @@ pub fn engine_lines(summary: &Summary, engines: &[&str]) -> Vec<String> {
             if !lat.is_empty() {
                 line.push_str(&format!(", latency µs {}", lat.join(" ")));
             }
-            if let Some(c) = num("cpu_us_per_io") {
-                line.push_str(&format!(", CPU {c:.1} µs per I/O"));
+            match (num("cpu_us_per_lookup"), num("cpu_us_per_io")) {
+                (Some(l), Some(c)) => {
+                    line.push_str(&format!(", CPU {l:.1} µs per lookup ({c:.1} per I/O)"))
+                }
+                (None, Some(c)) => line.push_str(&format!(", CPU {c:.1} µs per I/O")),
+                _ => {}
+            }
+            if let Some(g) = num("guest_cpu_us_per_lookup") {
+                line.push_str(&format!(", guest busy {g:.1} µs per lookup"));
             }
             Some(line)
         })
@@ -109,6 +117,9 @@ mod tests {
             ("read.lookup_latency_p999_ns", json!(5150.0)),
             ("read.cpu_us_per_io", json!(12.34)),
             ("nvme-passthru.lookups_per_s", json!(2000.0)),
+            ("nvme-passthru.cpu_us_per_lookup", json!(30.0)),
+            ("nvme-passthru.cpu_us_per_io", json!(10.0)),
+            ("nvme-passthru.guest_cpu_us_per_lookup", json!(41.0)),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -117,7 +128,7 @@ mod tests {
             engine_lines(&summary, &["read", "nvme-passthru", "io-uring"]),
             [
                 "read: 1234 lookups/s, latency µs p50 0.8 p99 2.1 p99.9 5.2, CPU 12.3 µs per I/O",
-                "nvme-passthru: 2000 lookups/s",
+                "nvme-passthru: 2000 lookups/s, CPU 30.0 µs per lookup (10.0 per I/O), guest busy 41.0 µs per lookup",
             ]
         );
         let bare: Summary = [("lookups_per_s", json!(10.0))]

@@ -144,6 +144,28 @@ fn io_uring_variants_registered_buffers_and_sqpoll() {
 }
 
 #[test]
+fn the_sqpoll_engine_is_charged_for_its_polling_thread() {
+    let f = fixture();
+    let p = params(", \"engines\": [\"read\", \"io-uring-sqpoll\"], \"interleave_block\": 50");
+    let s = run_ok(&f, p);
+    let e = "io-uring-sqpoll";
+    assert_eq!(num(&s, &format!("{e}.verified_lookups")), 300.0);
+    // The poller spins through the engine's blocks, so the engine's CPU
+    // time is most of its wall time; the lookup thread alone, which
+    // sleeps waiting for completions, would show a small part of it.
+    let cpu = num(&s, &format!("{e}.cpu_user_s")) + num(&s, &format!("{e}.cpu_sys_s"));
+    let wall = num(&s, &format!("{e}.wall_s"));
+    assert!(cpu >= 0.3 * wall, "CPU {cpu} s over {wall} s of wall time");
+    let per_lookup = num(&s, &format!("{e}.cpu_us_per_lookup"));
+    assert!((per_lookup - cpu / 300.0 * 1e6).abs() < 1e-6 * per_lookup.max(1.0));
+    // The whole machine was at least as busy in those blocks (in ticks).
+    let busy = num(&s, &format!("{e}.guest_busy_s"));
+    assert!(busy >= 0.5 * cpu, "busy {busy} s, engine {cpu} s");
+    let guest_per_lookup = num(&s, &format!("{e}.guest_cpu_us_per_lookup"));
+    assert!((guest_per_lookup - busy / 300.0 * 1e6).abs() < 1e-6 * guest_per_lookup.max(1.0));
+}
+
+#[test]
 fn interleaved_engines_tag_samples_and_prefix_the_summary() {
     let f = fixture();
     let p = params(

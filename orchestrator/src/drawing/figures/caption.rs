@@ -23,6 +23,14 @@ pub fn accelerator(run: &RunData) -> String {
     }
 }
 
+/// The run's VM ran under TCG, whose timings are shape-only.
+pub fn under_tcg(run: &RunData) -> bool {
+    run.manifest
+        .accel
+        .as_ref()
+        .is_some_and(|a| a.used == crate::qemu::argv::Accel::Tcg)
+}
+
 pub fn kernel(run: &RunData) -> String {
     match &run.manifest.inputs.kernel {
         Some(k) => {

@@ -147,6 +147,12 @@ pub enum DefError {
     NoPlace(&'static str),
     #[error("{0}: missing field `min` and/or `max`")]
     NoBounds(&'static str),
+    #[error("gain_remaining: `rivals` names no series")]
+    NoRivals,
+    #[error(
+        "claim {claim:?} (gain_remaining): its panel must say `better = \"lower\"` or `\"higher\"` in `y`, to tell the best rival"
+    )]
+    GainWithoutBetter { claim: String },
     #[error("id {id:?} differs from the file name {stem:?}")]
     IdNotFileName { id: String, stem: String },
     #[error("no [[panels]]")]
@@ -295,6 +301,7 @@ pub enum ClaimKind {
     ValueAt,
     RatioAt,
     LinearInX,
+    GainRemaining,
 }
 
 impl ClaimKind {
@@ -306,6 +313,7 @@ impl ClaimKind {
             ClaimKind::ValueAt => "value_at",
             ClaimKind::RatioAt => "ratio_at",
             ClaimKind::LinearInX => "linear_in_x",
+            ClaimKind::GainRemaining => "gain_remaining",
         }
     }
 }
@@ -347,6 +355,11 @@ pub struct ClaimDef {
     /// measurable here, its numbers still shown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
+    /// The claim is about timing that only hardware virtualisation shows
+    /// (polled completions, a poller's CPU): under TCG, where polling is
+    /// emulation-bound, it is not measurable here, its numbers still shown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_kvm: bool,
     /// `kind` and exactly the fields of that kind.
     #[serde(flatten)]
     pub check: ClaimCheck,
@@ -375,6 +388,12 @@ pub enum ClaimCheck {
     ValueAt(ValueAt),
     /// median(numerator) / median(denominator) at one x is within bounds.
     RatioAt(RatioAt),
+    /// How much of `hook`'s gain over `baseline` remains over the best of
+    /// `rivals` at one x: (best rival − hook) / (baseline − hook), 1 when
+    /// the best rival is no better than the baseline, 0 when it matches
+    /// the hook, below 0 when it beats it. "Best" follows the panel's
+    /// `better` and is chosen on the medians.
+    GainRemaining(GainRemaining),
     /// A least-squares line through the medians has R² ≥ `r2_min`.
     LinearInX {
         r2_min: f64,
@@ -401,6 +420,7 @@ impl ClaimCheck {
             ClaimCheck::ValueAt(_) => ClaimKind::ValueAt,
             ClaimCheck::RatioAt(_) => ClaimKind::RatioAt,
             ClaimCheck::LinearInX { .. } => ClaimKind::LinearInX,
+            ClaimCheck::GainRemaining(_) => ClaimKind::GainRemaining,
         }
     }
 }
@@ -456,6 +476,18 @@ pub struct RatioAt {
     pub bounds: Bounds,
 }
 
+/// `gain_remaining`: `hook`, `baseline`, `rivals` (series keys), one of
+/// `x` / `at`, and `min` and/or `max`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(try_from = "RawGainRemaining", into = "RawGainRemaining")]
+pub struct GainRemaining {
+    pub hook: String,
+    pub baseline: String,
+    pub rivals: Vec<String>,
+    pub place: Place,
+    pub bounds: Bounds,
+}
+
 /// `value_at` as written; `ValueAt` is it checked.
 #[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -484,6 +516,55 @@ struct RawRatioAt {
     min: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max: Option<f64>,
+}
+
+/// `gain_remaining` as written; `GainRemaining` is it checked.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawGainRemaining {
+    hook: String,
+    baseline: String,
+    rivals: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    x: Option<toml::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<At>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<f64>,
+}
+
+impl TryFrom<RawGainRemaining> for GainRemaining {
+    type Error = DefError;
+    fn try_from(r: RawGainRemaining) -> Result<Self, DefError> {
+        let (place, bounds) = place_and_bounds("gain_remaining", r.x, r.at, r.min, r.max)?;
+        if r.rivals.is_empty() {
+            return Err(DefError::NoRivals);
+        }
+        Ok(GainRemaining {
+            hook: r.hook,
+            baseline: r.baseline,
+            rivals: r.rivals,
+            place,
+            bounds,
+        })
+    }
+}
+
+impl From<GainRemaining> for RawGainRemaining {
+    fn from(v: GainRemaining) -> Self {
+        let (x, at, min, max) = place_and_bounds_keys(v.place, v.bounds);
+        RawGainRemaining {
+            hook: v.hook,
+            baseline: v.baseline,
+            rivals: v.rivals,
+            x,
+            at,
+            min,
+            max,
+        }
+    }
 }
 
 /// The place and bounds of `value_at` / `ratio_at` from their keys.
@@ -600,6 +681,15 @@ impl FigureDef {
                 return Err(DefError::NoSuchPanel {
                     claim: c.id.clone(),
                     panel: c.panel.clone(),
+                });
+            }
+            if matches!(c.check, ClaimCheck::GainRemaining(_))
+                && self
+                    .panel(c.panel.as_deref())
+                    .is_some_and(|p| p.y.better.is_none())
+            {
+                return Err(DefError::GainWithoutBetter {
+                    claim: c.id.clone(),
                 });
             }
             if let Some(r) = c
@@ -793,6 +883,20 @@ direction = "increasing"
         )
         .unwrap();
         load(&p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn gain_remaining_needs_rivals_bounds_and_a_panel_that_says_what_is_better() {
+        let claim = "kind = \"gain_remaining\"\nhook = \"h\"\nbaseline = \"b\"\nrivals = [\"r\"]\nat = \"largest\"\nmin = 0.5";
+        // MINIMAL's panel has no `better`: the best rival is undefined.
+        let e = load_claim(claim).unwrap_err();
+        assert!(e.contains("must say `better"), "{e}");
+        let e = load_claim(&claim.replace("[\"r\"]", "[]")).unwrap_err();
+        assert!(e.contains("`rivals` names no series"), "{e}");
+        let e = load_claim(&claim.replace("\nmin = 0.5", "")).unwrap_err();
+        assert!(e.contains("missing field `min` and/or `max`"), "{e}");
+        let e = load_claim(&format!("{claim}\nnumerator = \"a\"")).unwrap_err();
+        assert!(e.contains("unknown field `numerator`"), "{e}");
     }
 
     #[test]

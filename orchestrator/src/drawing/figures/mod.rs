@@ -116,7 +116,7 @@ pub fn figure(run: &RunData, def: &FigureDef) -> Result<Figure, FigureError> {
         ));
     }
     let notes = key.into_iter().chain(info).collect();
-    let claims = claims::evaluate(def, &panels);
+    let claims = claims::evaluate_under(def, &panels, caption::under_tcg(run));
     Ok(Figure {
         def: def.clone(),
         panels,
