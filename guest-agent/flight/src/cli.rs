@@ -24,7 +24,8 @@ pub enum FlightCommand {
         tls_dir: Option<PathBuf>,
         #[command(flatten)]
         settings: TransportSettings,
-        /// `defaults`: tonic's and hyper's own settings, whatever the flags say.
+        /// `defaults`: what testbed-flight ships with, whatever the flags say;
+        /// `library`: tonic's and hyper's own settings.
         #[arg(long, value_enum, default_value = "tuned")]
         profile: Profile,
         /// Tokio worker threads (default: one per CPU).
@@ -104,7 +105,8 @@ pub struct BenchArgs {
     /// each batch once counted, on both sides.
     #[arg(long)]
     pub keep_batches: bool,
-    /// `defaults`: tonic's and hyper's own settings, whatever the flags say.
+    /// `defaults`: what testbed-flight ships with, whatever the flags say;
+    /// `library`: tonic's and hyper's own settings.
     #[arg(long, value_enum, default_value = "tuned")]
     pub profile: Profile,
     #[command(flatten)]

@@ -200,7 +200,7 @@ pub fn bench_cli(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
     }
     if a.settings != TransportSettings::default() {
         anyhow::bail!(
-            "the pyarrow client takes --profile tuned|defaults, not single transport flags"
+            "the pyarrow client takes --profile tuned|defaults|library, not single transport flags"
         );
     }
     let python = python();

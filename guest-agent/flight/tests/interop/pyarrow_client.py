@@ -143,7 +143,8 @@ def main():
     ap.add_argument("--tls-ca")
     ap.add_argument("--verify", action="store_true")
     ap.add_argument("--keep-batches", action="store_true")
-    ap.add_argument("--profile", choices=["tuned", "defaults"], default="tuned")
+    # "library" is ours with tonic's own settings; pyarrow is as under "defaults".
+    ap.add_argument("--profile", choices=["tuned", "defaults", "library"], default="tuned")
     a = ap.parse_args()
 
     warm_up(a)
