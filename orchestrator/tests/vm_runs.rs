@@ -412,7 +412,8 @@ fn polled_and_passthrough_engines_read_and_without_poll_queues_name_the_option()
         );
     }
 
-    // `testbed show` prints each engine's rate, percentiles and CPU per I/O.
+    // `testbed show` prints each engine's rate, percentiles, CPU per lookup
+    // and per I/O, and the guest's busy time per lookup.
     let o = run(&["show", out.to_str().unwrap()]);
     let shown = text(&o);
     for engine in ["read", "io-uring-poll", "nvme-passthru-poll"] {
@@ -421,7 +422,11 @@ fn polled_and_passthrough_engines_read_and_without_poll_queues_name_the_option()
             .find(|l| l.trim_start().starts_with(&format!("{engine}: ")))
             .unwrap_or_else(|| panic!("no line for {engine}: {shown}"));
         assert!(
-            line.contains("lookups/s") && line.contains("p99.9") && line.contains("µs per I/O"),
+            line.contains("lookups/s")
+                && line.contains("p99.9")
+                && line.contains("µs per lookup (")
+                && line.contains(" per I/O)")
+                && line.contains("guest busy "),
             "{line}"
         );
     }

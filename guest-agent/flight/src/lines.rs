@@ -74,6 +74,8 @@ mod tests {
                 records: 20,
                 mb_per_s: 0.5,
                 settings: TransportSettings::default(),
+                cpu_user_s: Some(0.25),
+                cpu_system_s: Some(0.125),
             },
             per_stream: vec![stream(0, vec![7, 9], Some(3)), stream(1, Vec::new(), None)],
         }

@@ -64,6 +64,12 @@ pub struct BenchSummary<Op = String, Compression = String, Settings = serde_json
     pub records: u64,
     pub mb_per_s: f64,
     pub settings: Settings,
+    /// CPU time of the whole client process (all its threads) over the
+    /// timed span, user and system; absent from clients that do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_user_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_system_s: Option<f64>,
 }
 
 /// One line of `query --json`: one client fetching N rows once.

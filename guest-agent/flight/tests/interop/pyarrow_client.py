@@ -15,6 +15,7 @@ the server to keep what a DoPut sends.
 
 import argparse
 import json
+import resource
 import sys
 import threading
 import time
@@ -151,6 +152,8 @@ def main():
     out = {}
     threads = []
     t0 = time.perf_counter()
+    # CPU of the whole process (gRPC's threads too) over the timed span.
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     if a.op == "get":
         cmd = {
             "streams": a.streams,
@@ -165,6 +168,7 @@ def main():
         if len(info.endpoints) != a.streams:
             raise SystemExit(f"{len(info.endpoints)} endpoints for {a.streams} streams")
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         for s, ep in enumerate(info.endpoints):
             threads.append(threading.Thread(target=get_stream, args=(a, ep.ticket, s, out)))
     else:
@@ -175,6 +179,7 @@ def main():
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     if len(out) != a.streams:
         raise SystemExit("a stream failed (see the exception above)")
 
@@ -202,6 +207,8 @@ def main():
         "wall_seconds": wall, "bytes": total_bytes,
         "records": sum(out[s][0] for s in range(a.streams)),
         "mb_per_s": total_bytes / MB / wall,
+        "cpu_user_s": cpu1.ru_utime - cpu0.ru_utime,
+        "cpu_system_s": cpu1.ru_stime - cpu0.ru_stime,
         "settings": {
             "implementation": "pyarrow", "pyarrow": pa.__version__, "profile": a.profile,
             "channel_args": dict(TUNED_CHANNEL_ARGS) if a.profile == "tuned" else {},

@@ -428,6 +428,11 @@ pub fn record(
     s.insert("records_per_batch".into(), serde_json::json!(p.batch()));
     s.insert("pairing".into(), serde_json::json!(p.pairing()));
     s.insert("keep_batches".into(), serde_json::json!(p.keep_batches));
+    let client_cpu = summary
+        .cpu_user_s
+        .zip(summary.cpu_system_s)
+        .map(|(u, y)| u + y);
+    put_cpu_per_gb(&mut s, "client", client_cpu);
     if !all_lat.is_empty() {
         latency_summary("flight_batch_latency", &all_lat, &mut s);
         s.insert(
@@ -436,6 +441,24 @@ pub fn record(
         );
     }
     Ok(s)
+}
+
+/// `<side>_cpu_s` and `<side>_cpu_s_per_gb` (CPU seconds per GiB of
+/// payload moved); `cpu_s_per_gb` is both sides' once both are in.
+fn put_cpu_per_gb(s: &mut Summary, side: &str, cpu_s: Option<f64>) {
+    let Some(cpu) = cpu_s else { return };
+    let gib = s.get("bytes").and_then(serde_json::Value::as_f64).unwrap_or(0.0) / (1u64 << 30) as f64;
+    s.insert(format!("{side}_cpu_s"), serde_json::json!(cpu));
+    if gib > 0.0 {
+        s.insert(format!("{side}_cpu_s_per_gb"), serde_json::json!(cpu / gib));
+        let both = ["client_cpu_s", "server_cpu_s"]
+            .iter()
+            .map(|k| s.get(*k).and_then(serde_json::Value::as_f64))
+            .sum::<Option<f64>>();
+        if let Some(b) = both {
+            s.insert("cpu_s_per_gb".into(), serde_json::json!(b / gib));
+        }
+    }
 }
 
 /// The link's rates as samples and summary, and the point's rate as a
@@ -530,9 +553,19 @@ pub fn run_with_binary(
             let mut server = ServerChild::start(&bin, serve, &addr, tls, start_timeout)?;
             let ca = tls_dir.join("ca.pem");
             let args = bench_args(p, &server.addr, p.tls.then_some(ca.as_path()), ctx.seed);
+            // The server's CPU over the client's run: its start-up (for
+            // pyarrow, Python importing pyarrow) stays out; the client's
+            // untimed GetFlightInfo and one-batch warm-up are in, alike for
+            // both servers.
+            let server_cpu0 = super::process::group_cpu_s(server.child.id());
             let lines = run_client(&bin, &args, timeout);
+            let server_cpu = super::process::group_cpu_s(server.child.id())
+                .zip(server_cpu0)
+                .map(|(b, a)| b - a);
             server.stop();
-            record(p, &lines?, ctx)
+            let mut s = record(p, &lines?, ctx)?;
+            put_cpu_per_gb(&mut s, "server", server_cpu);
+            Ok(s)
         }
         Role::Client => {
             let server = p.address.clone().unwrap_or_default();
@@ -653,6 +686,11 @@ impl crate::workload::WorkloadParams for FlightBulkParams {
             M::raw("link_throughput", "MB/s", &["direction"]),
             M::summary("link_mb_per_s", "MB/s", &[]),
             M::summary("link_share", "", &[]),
+            M::summary("client_cpu_s", "s", &[]),
+            M::summary("server_cpu_s", "s", &[]),
+            M::summary("client_cpu_s_per_gb", "s/GiB", &[]),
+            M::summary("server_cpu_s_per_gb", "s/GiB", &[]),
+            M::summary("cpu_s_per_gb", "s/GiB", &[]),
         ]
     }
 }
@@ -888,6 +926,18 @@ mod tests {
                         .filter(|c| c.metric == "flight_throughput" && c.values[0] > 0.0)
                         .count();
                     assert_eq!(thr, 2, "{what}");
+                    // Both sides' CPU over the transfer, per GiB moved.
+                    for side in ["client", "server"] {
+                        let per_gb = s[&format!("{side}_cpu_s_per_gb")].as_f64();
+                        assert!(per_gb.is_some_and(|v| v > 0.0), "{what} {side}: {s:?}");
+                    }
+                    let (c, v) = (s["client_cpu_s"].as_f64(), s["server_cpu_s"].as_f64());
+                    let gib = 20_000.0 * 32.0 / f64::from(1u32 << 30);
+                    let total = s["cpu_s_per_gb"].as_f64().unwrap_or(0.0);
+                    assert!(
+                        (total - (c.unwrap_or(0.0) + v.unwrap_or(0.0)) / gib).abs() < 1e-6 * total,
+                        "{what}: {s:?}"
+                    );
                 }
             }
         }

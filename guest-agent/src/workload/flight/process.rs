@@ -193,3 +193,82 @@ mod tests {
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
     }
 }
+
+/// CPU seconds the processes of process group `pgid` have run so far, over
+/// all their threads: from each thread's `/proc/PID/task/TID/schedstat`
+/// (nanoseconds on a CPU), or, where the kernel keeps no schedstat, from
+/// `/proc/PID/stat`'s utime + stime in 10 ms ticks. A thread that exits
+/// between two readings takes its time with it; a server's threads live as
+/// long as it serves.
+pub(super) fn group_cpu_s(pgid: u32) -> Option<f64> {
+    let mut total = 0.0;
+    let mut seen = false;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some((pgrp, ticks)) = parse_pgrp_and_ticks(&stat) else {
+            continue;
+        };
+        if pgrp != pgid {
+            continue;
+        }
+        seen = true;
+        total += threads_run_s(pid).unwrap_or_else(|| {
+            // SAFETY: sysconf has no preconditions.
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+            ticks as f64 / hz
+        });
+    }
+    seen.then_some(total)
+}
+
+/// Seconds on a CPU of every thread of `pid`, from schedstat.
+fn threads_run_s(pid: u32) -> Option<f64> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
+}
+
+/// (process group, utime + stime) from a /proc/PID/stat line; the command
+/// name may hold spaces and parentheses, so fields count from the last ')'.
+fn parse_pgrp_and_ticks(stat: &str) -> Option<(u32, u64)> {
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let pgrp = rest.get(2)?.parse().ok()?;
+    let utime: u64 = rest.get(11)?.parse().ok()?;
+    let stime: u64 = rest.get(12)?.parse().ok()?;
+    Some((pgrp, utime + stime))
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_group_and_ticks_past_odd_names() {
+        let line = "4242 (py (x) y) S 1 4240 4240 0 -1 4194560 100 0 0 0 150 30 7 3 20 0";
+        assert_eq!(parse_pgrp_and_ticks(line), Some((4240, 180)));
+        assert_eq!(parse_pgrp_and_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn a_busy_group_is_charged_its_cpu_time() {
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-c",
+            "import time\nt = time.time()\nwhile time.time() - t < 0.4: pass\ntime.sleep(5)",
+        ]);
+        let mut g = Group::spawn(&mut cmd).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let spent = group_cpu_s(g.id()).unwrap();
+        let _ = g.kill();
+        assert!(spent > 0.2 && spent < 0.8, "{spent}");
+        assert_eq!(group_cpu_s(u32::MAX - 1), None);
+    }
+}
