@@ -549,15 +549,27 @@ fn not_measurable(why: String) -> Outcome {
     (Verdict::NotMeasurable, why, Vec::new(), None)
 }
 
+/// The series `a` and `b` of a claim about two, or why it is not
+/// measurable: whichever has no data.
+fn two_series<'d>(ctx: &Ctx<'d>, a: &str, b: &str) -> Result<(&'d Series, &'d Series), String> {
+    match (ctx.data.series(a), ctx.data.series(b)) {
+        (Some(x), Some(y)) => Ok((x, y)),
+        _ => {
+            let why: Vec<String> = [a, b]
+                .into_iter()
+                .filter(|k| ctx.data.series(k).is_none())
+                .map(|k| missing(ctx.data, k))
+                .collect();
+            Err(why.join("; "))
+        }
+    }
+}
+
 fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> Outcome {
     let (num_key, den_key) = (&r.numerator, &r.denominator);
-    let (Some(num), Some(den)) = (ctx.data.series(num_key), ctx.data.series(den_key)) else {
-        let why: Vec<String> = [num_key, den_key]
-            .into_iter()
-            .filter(|k| ctx.data.series(k).is_none())
-            .map(|k| missing(ctx.data, k))
-            .collect();
-        return not_measurable(why.join("; "));
+    let (num, den) = match two_series(ctx, num_key, den_key) {
+        Ok(pair) => pair,
+        Err(why) => return not_measurable(why),
     };
     let (Some(n), Some(d)) = (
         ctx.at(&r.place, num, Some(den)),
@@ -614,13 +626,9 @@ fn gain_claim(ctx: &Ctx<'_>, g: &GainRemaining) -> Outcome {
     let Some(better) = ctx.better else {
         return not_measurable("the panel does not say which direction is better".into());
     };
-    let (Some(hook), Some(base)) = (ctx.data.series(&g.hook), ctx.data.series(&g.baseline)) else {
-        let why: Vec<String> = [&g.hook, &g.baseline]
-            .into_iter()
-            .filter(|k| ctx.data.series(k).is_none())
-            .map(|k| missing(ctx.data, k))
-            .collect();
-        return not_measurable(why.join("; "));
+    let (hook, base) = match two_series(ctx, &g.hook, &g.baseline) {
+        Ok(pair) => pair,
+        Err(why) => return not_measurable(why),
     };
     let (Some(h), Some(b)) = (
         ctx.at(&g.place, hook, Some(base)),
