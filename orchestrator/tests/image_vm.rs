@@ -4,13 +4,16 @@
 //! Debian tools run inside the guest. ArrowSAM's format the scratch NVMe
 //! device as ext4 and run the tiny data set.
 //!
-//! - asam-workflow-quick: all four placements; ArrowSAM's correctness
-//!   gates against samtools sort and Picard MarkDuplicates must pass, and
-//!   every placement must end with the same records.
-//! - asam-preproc-quick: Picard, Sambamba, samtools and ArrowSAM on the
-//!   same SAM; the gates ran over every record, every tool finds the same
-//!   duplicates, and `testbed check` leaves a Picard claim undecided
-//!   unless one JVM start-up was small beside the work (`requires`).
+//! - asam-workflow-quick: all five placements; ArrowSAM's correctness
+//!   gates against samtools sort and Picard MarkDuplicates must pass (and
+//!   the fused stage's against the staged stages'), and every placement
+//!   must end with the same records.
+//! - asam-preproc-quick: Picard, Sambamba, samtools, samblaster,
+//!   bamsormadup and ArrowSAM on the same SAM; the gates ran over every
+//!   record, the other tools' agreement with Picard is recorded, every
+//!   stage has its peak memory, and `testbed check` leaves a Picard claim
+//!   undecided unless one JVM start-up was small beside the work
+//!   (`requires`).
 //! - flight-query-vm-quick: the image's PostgreSQL 15, started inside the
 //!   guest, and DataFusion, read by every client, psqlODBC (the
 //!   dynamically linked testbed-odbc on the image's unixodbc) included;
@@ -85,7 +88,7 @@ fn the_quick_workflow_runs_every_placement_in_the_vm_and_passes_its_gates() {
     let dir = tempfile::tempdir().unwrap();
     let m = run_quick_spec("arrowsam/asam-workflow-quick.toml", &dir.path().join("run"));
     let points = m["points"].as_array().unwrap();
-    assert_eq!(points.len(), 4, "{points:?}");
+    assert_eq!(points.len(), 5, "{points:?}");
     let mut records = Vec::new();
     for p in points {
         assert_eq!(p["ok"], true, "{p}");
@@ -97,13 +100,19 @@ fn the_quick_workflow_runs_every_placement_in_the_vm_and_passes_its_gates() {
             .iter()
             .filter_map(|c| c.as_str())
             .collect();
-        if placement == "arrowsam" {
+        if placement.starts_with("arrowsam") {
             assert!(
                 checks.iter().any(|c| c.starts_with("order:"))
                     && checks.iter().any(|c| c.starts_with("duplicates:")),
                 "{checks:?}"
             );
         }
+        // The fused stage's files equal the staged stages' (its gate).
+        assert_eq!(
+            placement == "arrowsam-fused",
+            checks.iter().any(|c| c.starts_with("fused:")),
+            "{placement}: {checks:?}"
+        );
         records.push(summary["records"].as_u64().unwrap());
         // Under TCG the guest has no PMU: said, not drawn as zeros.
         if m["accel"]["used"] == "tcg" {
@@ -174,10 +183,23 @@ fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
             "picard.jvm-startup_seconds",
             "sambamba.convert_seconds",
             "samtools.fixmate_seconds",
+            "samblaster.markdup_seconds",
+            "bamsormadup.sort-markdup_seconds",
             "arrowsam.load_seconds",
             "arrowsam.write_seconds",
+            // Peak memory, the guest's processes' own.
+            "picard.markdup_peak_memory_bytes",
+            "samblaster.markdup_peak_memory_bytes",
+            "bamsormadup.sort-markdup_peak_memory_bytes",
+            "arrowsam.sort_peak_memory_bytes",
         ] {
             assert!(s[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {s}");
+        }
+        // The other tools' duplicate sets against Picard's: reported (the
+        // count of differing records), whatever it is.
+        for tool in ["sambamba", "samtools", "samblaster", "bamsormadup"] {
+            let n = s[format!("{tool}.differing_from_picard")].as_u64();
+            assert!(n.is_some_and(|n| n <= 2 * records), "{tool}: {s}");
         }
     }
 
@@ -263,7 +285,7 @@ fn genomics_regions_move_between_two_vms_and_every_pipeline_agrees() {
     );
     assert_eq!(m["executor"], "qemu");
     let points = m["points"].as_array().unwrap();
-    assert_eq!(points.len(), 4, "{points:?}");
+    assert_eq!(points.len(), 5, "{points:?}");
     let mut records = Vec::new();
     for p in points {
         assert_eq!(p["ok"], true, "{p}");

@@ -11,7 +11,13 @@
 //! | picard   | `sort` (SortSam, SAM → BAM), `markdup` (MarkDuplicates + metrics) |
 //! | sambamba | `convert` (view -S, SAM → BAM: it sorts BAM only), `sort`, `markdup` |
 //! | samtools | `fixmate` (SAM → BAM with mate tags markdup needs), `sort`, `markdup` |
+//! | samblaster | `markdup` (on bwa's name-grouped SAM, SAM → SAM), `sort` (samtools sort → BAM) |
+//! | bamsormadup | `sort-markdup` (biobambam2: SAM → sorted, marked BAM in one pass) |
 //! | arrowsam | `load` (SAM → Arrow store), `sort`, `markdup`, `write` (BAM + metrics) |
+//!
+//! Every stage also reports its peak resident memory: an external tool's
+//! `wait4` ru_maxrss, ArrowSAM's own high-water mark over the stage (see
+//! [`crate::peak`]), with the bytes its tmpfs store holds beside it.
 //!
 //! We chose the common SAM input over a common BAM input because SAM is
 //! what the aligner writes: a BAM start would hide ArrowSAM's parsing
@@ -30,6 +36,10 @@
 //! Picard's (Picard's own run when `picard` is a tool, else an untimed
 //! one), and its metrics' counts Picard's. A failed gate fails the whole
 //! run, naming the differing reads: no number of a wrong result is printed.
+//! Every other tool's duplicate set is compared with Picard's the same way
+//! but reported, not gated ([`Agreement`]): samblaster, for one, keeps the
+//! first pair of a duplicate set it sees where Picard keeps the one with
+//! the best base qualities, by design.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,15 +54,16 @@ use crate::gates::{self, GateError};
 use crate::load::read_sam_into;
 use crate::markdup::mark_duplicates;
 use crate::metrics::{duplication_metrics, write_metrics};
+use crate::peak;
 use crate::schema::{BatchLimits, flag, schema, with_flags};
 use crate::sort::sort_batches_with;
 use crate::store;
-use crate::tools::{PICARD, SAMBAMBA, SAMTOOLS};
+use crate::tools::{BAMSORMADUP, PICARD, SAMBAMBA, SAMBLASTER, SAMTOOLS, Streams, Usage};
 use crate::{AsamError, Result};
 
 /// The lines `bench-preproc` prints (types shared with the agent).
 pub use testbed_lines::asam::{
-    BenchLine, GatePassed, STAGES, StageResult, SummaryLine, TOOLS, Verification,
+    Agreement, BenchLine, GatePassed, STAGES, StageResult, SummaryLine, TOOLS, Verification,
 };
 
 pub struct BenchOptions {
@@ -132,6 +143,8 @@ pub fn bench_with(
             "picard" => stages.extend(picard(o)?),
             "sambamba" => stages.extend(sambamba(o)?),
             "samtools" => stages.extend(samtools(o)?),
+            "samblaster" => stages.extend(samblaster(o)?),
+            "bamsormadup" => stages.extend(bamsormadup(o)?),
             _ => {
                 let t = tamper
                     .take()
@@ -140,23 +153,64 @@ pub fn bench_with(
             }
         }
     }
-    let verification = if o.runs("arrowsam") {
-        verify(o)?
-    } else {
-        Verification {
-            duplicates_vs_picard: None,
-            order_vs_samtools: None,
-        }
-    };
+    let verification = verify(o)?;
     Ok(BenchReport {
         stages,
         verification,
     })
 }
 
-/// The gates on ArrowSAM's BAM, each reference made untimed if the timed
-/// tools did not already make it.
+/// The gates on ArrowSAM's BAM and every other tool's agreement with
+/// Picard, each reference made untimed if the timed tools did not already
+/// make it.
 fn verify(o: &BenchOptions) -> Result<Verification> {
+    let others: Vec<&String> = o
+        .tools
+        .iter()
+        .filter(|t| !matches!(t.as_str(), "picard" | "arrowsam"))
+        .collect();
+    let mut v = Verification {
+        duplicates_vs_picard: None,
+        order_vs_samtools: None,
+        agreement: Vec::new(),
+    };
+    if others.is_empty() && !o.runs("arrowsam") {
+        return Ok(v);
+    }
+    let dup_ref = picard_reference(o)?;
+    for tool in others {
+        let theirs = o.out_dir.join(format!("{tool}.md.bam"));
+        v.agreement
+            .push(gates::compare_duplicates(tool, &theirs, &dup_ref)?);
+    }
+    if o.runs("arrowsam") {
+        let (dups, order) = gate_arrowsam(o, &dup_ref)?;
+        v.duplicates_vs_picard = Some(dups);
+        v.order_vs_samtools = Some(order);
+    }
+    Ok(v)
+}
+
+/// Picard's duplicate-marked BAM of the input: the timed run's, or one
+/// made untimed when Picard is not among the tools.
+fn picard_reference(o: &BenchOptions) -> Result<PathBuf> {
+    if o.runs("picard") {
+        return Ok(o.out_dir.join("picard.md.bam"));
+    }
+    let sorted = o.out_dir.join("gate.picard.sorted.bam");
+    let marked = o.out_dir.join("gate.picard.md.bam");
+    picard_sort(o, &sorted)?;
+    picard_markdup(
+        o,
+        &sorted,
+        &marked,
+        &o.out_dir.join("gate.picard.metrics.txt"),
+    )?;
+    Ok(marked)
+}
+
+/// ArrowSAM's duplicate gate (against `dup_ref`) and order gate.
+fn gate_arrowsam(o: &BenchOptions, dup_ref: &Path) -> Result<(GatePassed, GatePassed)> {
     let failed = |e: GateError| match e {
         GateError::Read(e) => e,
         GateError::Failed(m) => AsamError::Invalid(format!("correctness gate failed: {m}")),
@@ -167,53 +221,71 @@ fn verify(o: &BenchOptions) -> Result<Verification> {
     let order_ref = o.out_dir.join("gate.samtools-sorted.bam");
     samtools_sort(o, &o.sam, &order_ref)?;
     let order = gates::check_order(&ours, &order_ref, flag::DUPLICATE as u16).map_err(failed)?;
-    let picard_bam = o.out_dir.join("picard.md.bam");
-    let dup_ref = if o.runs("picard") {
-        picard_bam
-    } else {
-        let sorted = o.out_dir.join("gate.picard.sorted.bam");
-        let marked = o.out_dir.join("gate.picard.md.bam");
-        picard_sort(o, &sorted)?;
-        picard_markdup(
-            o,
-            &sorted,
-            &marked,
-            &o.out_dir.join("gate.picard.metrics.txt"),
-        )?;
-        marked
-    };
-    let dups = gates::check_duplicates(&ours, &dup_ref).map_err(failed)?;
-    Ok(Verification {
-        duplicates_vs_picard: Some(GatePassed {
+    let dups = gates::check_duplicates(&ours, dup_ref).map_err(failed)?;
+    Ok((
+        GatePassed {
             records: dups.records,
             duplicates: dups.duplicates,
-        }),
-        order_vs_samtools: Some(GatePassed {
+        },
+        GatePassed {
             records: order.records,
             duplicates: 0,
-        }),
+        },
+    ))
+}
+
+/// What one stage took: its wall time, its peak resident memory and, for
+/// ArrowSAM, what its store held at the end.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    seconds: f64,
+    peak_rss_bytes: u64,
+    store_bytes: Option<u64>,
+}
+
+/// An external tool's stage: wall time around the run, its peak memory
+/// from the run's usage.
+fn tool_stage(f: impl FnOnce() -> Result<Usage>) -> Result<Measured> {
+    let t = Instant::now();
+    let usage = f()?;
+    Ok(Measured {
+        seconds: t.elapsed().as_secs_f64(),
+        peak_rss_bytes: usage.max_rss_bytes,
+        store_bytes: None,
     })
 }
 
-fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(f64, T)> {
+/// An ArrowSAM stage, in this process: wall time, this process's
+/// high-water mark over the stage (reset before the clock starts, read
+/// after it stops) and what the store directory holds at the end.
+fn own_stage<T>(store: &Path, f: impl FnOnce() -> Result<T>) -> Result<(Measured, T)> {
+    peak::reset()?;
     let t = Instant::now();
     let v = f()?;
-    Ok((t.elapsed().as_secs_f64(), v))
+    let seconds = t.elapsed().as_secs_f64();
+    let m = Measured {
+        seconds,
+        peak_rss_bytes: peak::high_water_bytes()?,
+        store_bytes: Some(peak::dir_bytes(store)?),
+    };
+    Ok((m, v))
 }
 
 fn stage(
     tool: &str,
     stage: &str,
-    seconds: f64,
+    m: Measured,
     records: u64,
     duplicates: Option<u64>,
 ) -> StageResult {
     StageResult {
         tool: tool.into(),
         stage: stage.into(),
-        seconds,
+        seconds: m.seconds,
         records,
         duplicates,
+        peak_rss_bytes: Some(m.peak_rss_bytes),
+        store_bytes: m.store_bytes,
     }
 }
 
@@ -231,7 +303,7 @@ const PICARD_COMMON: [&str; 3] = [
     "QUIET=true",
 ];
 
-fn picard_sort(o: &BenchOptions, out: &Path) -> Result<()> {
+fn picard_sort(o: &BenchOptions, out: &Path) -> Result<Usage> {
     let mut a = vec![
         "SortSam".to_string(),
         path_arg("I", &o.sam),
@@ -240,10 +312,10 @@ fn picard_sort(o: &BenchOptions, out: &Path) -> Result<()> {
         path_arg("TMP_DIR", &o.out_dir),
     ];
     a.extend(PICARD_COMMON.iter().map(|s| s.to_string()));
-    PICARD.run(&a).map(|_| ())
+    PICARD.run_measured(&a, Streams::default())
 }
 
-fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) -> Result<()> {
+fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) -> Result<Usage> {
     let mut a = vec![
         "MarkDuplicates".to_string(),
         path_arg("I", input),
@@ -252,16 +324,17 @@ fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) ->
         path_arg("TMP_DIR", &o.out_dir),
     ];
     a.extend(PICARD_COMMON.iter().map(|s| s.to_string()));
-    PICARD.run(&a).map(|_| ())
+    PICARD.run_measured(&a, Streams::default())
 }
 
 /// Starts the JVM and Picard's command line, which print the version and
 /// exit (with status 1: Picard's parser treats `--version` as an early
-/// exit). Only that exit counts as success.
-pub fn picard_jvm_startup() -> Result<()> {
-    match PICARD.run(&["SortSam", "--version"]) {
-        Ok(_) => Ok(()),
-        Err(AsamError::Tool { stderr, .. }) if stderr.contains("Version:") => Ok(()),
+/// exit). Only that exit counts as success; its peak memory is not known
+/// then and is left out (None).
+pub fn picard_jvm_startup() -> Result<Option<Usage>> {
+    match PICARD.run_measured(&["SortSam", "--version"], Streams::default()) {
+        Ok(u) => Ok(Some(u)),
+        Err(AsamError::Tool { stderr, .. }) if stderr.contains("Version:") => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -269,15 +342,29 @@ pub fn picard_jvm_startup() -> Result<()> {
 fn picard(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let sorted = o.out_dir.join("picard.sorted.bam");
     let marked = o.out_dir.join("picard.md.bam");
-    let (jvm_s, _) = timed(picard_jvm_startup)?;
-    let (sort_s, _) = timed(|| picard_sort(o, &sorted))?;
-    let (md_s, _) =
-        timed(|| picard_markdup(o, &sorted, &marked, &o.out_dir.join("picard.metrics.txt")))?;
+    let t = Instant::now();
+    let jvm = picard_jvm_startup()?;
+    let jvm_s = t.elapsed().as_secs_f64();
+    let sort = tool_stage(|| picard_sort(o, &sorted))?;
+    let md =
+        tool_stage(|| picard_markdup(o, &sorted, &marked, &o.out_dir.join("picard.metrics.txt")))?;
     let (records, dups) = gates::count_records(&marked)?;
+    let mut startup = stage(
+        "picard",
+        "jvm-startup",
+        Measured {
+            seconds: jvm_s,
+            peak_rss_bytes: 0,
+            store_bytes: None,
+        },
+        0,
+        None,
+    );
+    startup.peak_rss_bytes = jvm.map(|u| u.max_rss_bytes);
     Ok(vec![
-        stage("picard", "jvm-startup", jvm_s, 0, None),
-        stage("picard", "sort", sort_s, records, None),
-        stage("picard", "markdup", md_s, records, Some(dups)),
+        startup,
+        stage("picard", "sort", sort, records, None),
+        stage("picard", "markdup", md, records, Some(dups)),
     ])
 }
 
@@ -287,52 +374,61 @@ fn sambamba(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let marked = o.out_dir.join("sambamba.md.bam");
     let t = o.threads.max(1).to_string();
     let tmp = format!("--tmpdir={}", o.out_dir.display());
-    let (conv_s, _) = timed(|| {
-        SAMBAMBA.run(&[
-            "view".into(),
-            "-S".into(),
-            "-f".into(),
-            "bam".into(),
-            "-t".into(),
-            t.clone(),
-            "-o".into(),
-            s(&input),
-            s(&o.sam),
-        ])
+    let conv = tool_stage(|| {
+        SAMBAMBA.run_measured(
+            &[
+                "view".into(),
+                "-S".into(),
+                "-f".into(),
+                "bam".into(),
+                "-t".into(),
+                t.clone(),
+                "-o".into(),
+                s(&input),
+                s(&o.sam),
+            ],
+            Streams::default(),
+        )
     })?;
-    let (sort_s, _) = timed(|| {
-        SAMBAMBA.run(&[
-            "sort".into(),
-            "-t".into(),
-            t.clone(),
-            tmp.clone(),
-            "-o".into(),
-            s(&sorted),
-            s(&input),
-        ])
+    let sort = tool_stage(|| {
+        SAMBAMBA.run_measured(
+            &[
+                "sort".into(),
+                "-t".into(),
+                t.clone(),
+                tmp.clone(),
+                "-o".into(),
+                s(&sorted),
+                s(&input),
+            ],
+            Streams::default(),
+        )
     })?;
-    let (md_s, _) = timed(|| {
-        SAMBAMBA.run(&[
-            "markdup".into(),
-            "-t".into(),
-            t.clone(),
-            tmp.clone(),
-            s(&sorted),
-            s(&marked),
-        ])
+    let md = tool_stage(|| {
+        SAMBAMBA.run_measured(
+            &[
+                "markdup".into(),
+                "-t".into(),
+                t.clone(),
+                tmp.clone(),
+                s(&sorted),
+                s(&marked),
+            ],
+            Streams::default(),
+        )
     })?;
     let (records, dups) = gates::count_records(&marked)?;
     Ok(vec![
-        stage("sambamba", "convert", conv_s, records, None),
-        stage("sambamba", "sort", sort_s, records, None),
-        stage("sambamba", "markdup", md_s, records, Some(dups)),
+        stage("sambamba", "convert", conv, records, None),
+        stage("sambamba", "sort", sort, records, None),
+        stage("sambamba", "markdup", md, records, Some(dups)),
     ])
 }
 
-fn samtools_sort(o: &BenchOptions, input: &Path, out: &Path) -> Result<()> {
+fn samtools_sort(o: &BenchOptions, input: &Path, out: &Path) -> Result<Usage> {
     let prefix = s(&o.out_dir.join("samtools.tmp"));
-    SAMTOOLS
-        .run(&[
+    SAMTOOLS.run_measured(
+        &[
             "sort".into(),
             "-@".into(),
             o.threads.max(1).to_string(),
@@ -341,8 +437,9 @@ fn samtools_sort(o: &BenchOptions, input: &Path, out: &Path) -> Result<()> {
             "-o".into(),
             s(out),
             s(input),
-        ])
-        .map(|_| ())
+        ],
+        Streams::default(),
+    )
 }
 
 /// samtools needs mate tags (fixmate -m, on name-grouped input such as
@@ -353,34 +450,89 @@ fn samtools(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let marked = o.out_dir.join("samtools.md.bam");
     let t = o.threads.max(1).to_string();
     let prefix = s(&o.out_dir.join("samtools.tmp"));
-    let (fix_s, _) = timed(|| {
-        SAMTOOLS.run(&[
-            "fixmate".into(),
-            "-m".into(),
-            "-@".into(),
-            t.clone(),
-            s(&o.sam),
-            s(&fixed),
-        ])
+    let fix = tool_stage(|| {
+        SAMTOOLS.run_measured(
+            &[
+                "fixmate".into(),
+                "-m".into(),
+                "-@".into(),
+                t.clone(),
+                s(&o.sam),
+                s(&fixed),
+            ],
+            Streams::default(),
+        )
     })?;
-    let (sort_s, _) = timed(|| samtools_sort(o, &fixed, &sorted))?;
-    let (md_s, _) = timed(|| {
-        SAMTOOLS.run(&[
-            "markdup".into(),
-            "-@".into(),
-            t.clone(),
-            "-T".into(),
-            prefix.clone(),
-            s(&sorted),
-            s(&marked),
-        ])
+    let sort = tool_stage(|| samtools_sort(o, &fixed, &sorted))?;
+    let md = tool_stage(|| {
+        SAMTOOLS.run_measured(
+            &[
+                "markdup".into(),
+                "-@".into(),
+                t.clone(),
+                "-T".into(),
+                prefix.clone(),
+                s(&sorted),
+                s(&marked),
+            ],
+            Streams::default(),
+        )
     })?;
     let (records, dups) = gates::count_records(&marked)?;
     Ok(vec![
-        stage("samtools", "fixmate", fix_s, records, None),
-        stage("samtools", "sort", sort_s, records, None),
-        stage("samtools", "markdup", md_s, records, Some(dups)),
+        stage("samtools", "fixmate", fix, records, None),
+        stage("samtools", "sort", sort, records, None),
+        stage("samtools", "markdup", md, records, Some(dups)),
     ])
+}
+
+/// samblaster marks duplicates on the aligner's name-grouped stream, before
+/// any sort (what it is built for: `bwa mem | samblaster`), here reading
+/// the same SAM file; then samtools sorts its SAM into the marked BAM.
+fn samblaster(o: &BenchOptions) -> Result<Vec<StageResult>> {
+    let marked_sam = o.out_dir.join("samblaster.marked.sam");
+    let marked = o.out_dir.join("samblaster.md.bam");
+    let md = tool_stage(|| {
+        SAMBLASTER.run_measured(
+            &["-i".into(), s(&o.sam), "-o".into(), s(&marked_sam)],
+            Streams::default(),
+        )
+    })?;
+    let sort = tool_stage(|| samtools_sort(o, &marked_sam, &marked))?;
+    let (records, dups) = gates::count_records(&marked)?;
+    Ok(vec![
+        stage("samblaster", "markdup", md, records, Some(dups)),
+        stage("samblaster", "sort", sort, records, None),
+    ])
+}
+
+/// biobambam2's bamsormadup: the name-grouped SAM on standard input, a
+/// coordinate-sorted, duplicate-marked BAM (and Picard-style metrics) out,
+/// in one process and one pass: its one stage is both.
+fn bamsormadup(o: &BenchOptions) -> Result<Vec<StageResult>> {
+    let marked = o.out_dir.join("bamsormadup.md.bam");
+    let both = tool_stage(|| {
+        BAMSORMADUP.run_measured(
+            &[
+                "inputformat=sam".to_string(),
+                format!("threads={}", o.threads.max(1)),
+                format!("tmpfile={}", o.out_dir.join("bamsormadup.tmp").display()),
+                format!("M={}", o.out_dir.join("bamsormadup.metrics.txt").display()),
+            ],
+            Streams {
+                stdin: Some(&o.sam),
+                stdout: Some(&marked),
+            },
+        )
+    })?;
+    let (records, dups) = gates::count_records(&marked)?;
+    Ok(vec![stage(
+        "bamsormadup",
+        "sort-markdup",
+        both,
+        records,
+        Some(dups),
+    )])
 }
 
 /// load (SAM -> store), sort (store -> store), markdup (store -> a store
@@ -394,7 +546,8 @@ fn run_arrowsam(
     let store = store::Store::create_in(&o.store_dir)?;
     // The SAM is streamed into the store: a full batch goes to the IPC file
     // at once, so memory holds one batch per reference, not the file.
-    let (load_s, (aligned, header, records, names)) = timed(|| {
+    let sd = store.dir().to_path_buf();
+    let (load, (aligned, header, records, names)) = own_stage(&sd, || {
         let (aligned, head) = store.put_with("aligned.arrow", &schema(), |write| {
             let file = std::fs::File::open(&o.sam).map_err(|e| AsamError::io(&o.sam, e))?;
             read_sam_into(
@@ -407,7 +560,7 @@ fn run_arrowsam(
         let header = store.put_text("header.sam", &head.header_text)?;
         Ok((aligned, header, head.records, head.reference_names))
     })?;
-    let (sort_s, sorted_store) = timed(|| {
+    let (sort, sorted_store) = own_stage(&sd, || {
         let sorted = sort_batches_with(&store::get(&aligned)?, o.threads, &o.limits)?;
         store.put("sorted.arrow", &schema(), &sorted)
     })?;
@@ -416,7 +569,7 @@ fn run_arrowsam(
         DataType::Int32,
         false,
     )]));
-    let (md_s, (flags_store, dups)) = timed(|| {
+    let (md, (flags_store, dups)) = own_stage(&sd, || {
         let sorted = store::get(&sorted_store)?;
         let marked = mark_duplicates(&sorted, &store::get_text(&header)?, o.threads)?;
         let columns = marked
@@ -438,7 +591,7 @@ fn run_arrowsam(
         ))
     })?;
     let (dups, optical_pairs, pair_sets) = dups;
-    let (write_s, written) = timed(|| {
+    let (write, written) = own_stage(&sd, || {
         let header_text = store::get_text(&header)?;
         let mut batches = final_batches(&store::get(&sorted_store)?, &store::get(&flags_store)?)?;
         tamper(&mut batches)?;
@@ -465,10 +618,10 @@ fn run_arrowsam(
         )));
     }
     Ok(vec![
-        stage("arrowsam", "load", load_s, records, None),
-        stage("arrowsam", "sort", sort_s, records, None),
-        stage("arrowsam", "markdup", md_s, records, Some(dups)),
-        stage("arrowsam", "write", write_s, records, Some(dups)),
+        stage("arrowsam", "load", load, records, None),
+        stage("arrowsam", "sort", sort, records, None),
+        stage("arrowsam", "markdup", md, records, Some(dups)),
+        stage("arrowsam", "write", write, records, Some(dups)),
     ])
 }
 
@@ -507,6 +660,8 @@ mod tests {
             seconds: 0.5,
             records: 8,
             duplicates,
+            peak_rss_bytes: Some(1 << 20),
+            store_bytes: None,
         };
         let report = BenchReport {
             stages: vec![stage("picard", Some(2)), stage("samtools", None)],
@@ -516,6 +671,7 @@ mod tests {
                     duplicates: 2,
                 }),
                 order_vs_samtools: None,
+                agreement: Vec::new(),
             },
         };
         let lines = report.lines();

@@ -34,6 +34,7 @@ use noodles::sam;
 use noodles::sam::alignment::io::Write as _;
 
 use crate::AsamError;
+pub use testbed_lines::asam::Agreement;
 
 /// How many differing read names an error lists.
 pub const MAX_NAMES: usize = 20;
@@ -182,15 +183,43 @@ fn identity(
 /// hold the same records (by name, read-identity FLAG bits, reference and
 /// position). Both files must be coordinate-sorted.
 pub fn check_duplicates(ours: &Path, picard: &Path) -> Result<Passed, GateError> {
+    let (passed, diff) = duplicate_differences(ours, picard)?;
+    diff.into_result(Gate::Duplicates, ours, picard)?;
+    Ok(passed)
+}
+
+/// The duplicate gate's comparison as a report instead of a verdict: how
+/// many records of `tool`'s BAM differ from Picard's (duplicate bit, or
+/// held by one side only) and which reads, for tools whose definition of
+/// a duplicate may differ by design.
+pub fn compare_duplicates(
+    tool: &str,
+    theirs: &Path,
+    picard: &Path,
+) -> Result<Agreement, AsamError> {
+    let (passed, diff) = duplicate_differences(theirs, picard)?;
+    Ok(Agreement {
+        tool: tool.to_string(),
+        records: passed.records,
+        duplicates: passed.duplicates,
+        differing_records: diff.records as u64,
+        differing_reads: diff.names.len() as u64,
+        reads: diff.names.into_iter().take(MAX_NAMES).collect(),
+    })
+}
+
+fn duplicate_differences(ours: &Path, picard: &Path) -> Result<(Passed, Differences), AsamError> {
     let mut a = Lines::open(ours, Mode::Duplicates)?;
     let mut b = Lines::open(picard, Mode::Duplicates)?;
     let mut diff = Differences::default();
     merge(&mut a, &mut b, &mut diff, duplicate_difference)?;
-    diff.into_result(Gate::Duplicates, ours, picard)?;
-    Ok(Passed {
-        records: a.records,
-        duplicates: a.duplicates,
-    })
+    Ok((
+        Passed {
+            records: a.records,
+            duplicates: a.duplicates,
+        },
+        diff,
+    ))
 }
 
 /// Records in a BAM file, and those marked duplicate.

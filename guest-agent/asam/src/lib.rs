@@ -19,6 +19,7 @@ pub mod load;
 pub mod markdup;
 pub mod metrics;
 pub mod optical;
+pub mod peak;
 pub mod prepare;
 pub mod sam_text;
 pub mod schema;

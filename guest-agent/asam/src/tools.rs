@@ -1,11 +1,13 @@
-//! The external programs (bwa, Picard, Sambamba, samtools): how to
-//! start them and what an error says when they fail.
+//! The external programs (bwa, Picard, Sambamba, samtools, samblaster,
+//! bamsormadup): how to start them, what they used, and what an error says
+//! when they fail.
 
 use std::ffi::OsStr;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+pub use testbed_proc::Usage;
 use testbed_proc::{Group, RunError};
 
 use crate::{AsamError, Result};
@@ -34,6 +36,24 @@ pub const SAMTOOLS: Program = Program {
     package: "samtools",
 };
 
+pub const SAMBLASTER: Program = Program {
+    name: "samblaster",
+    package: "samblaster",
+};
+pub const BAMSORMADUP: Program = Program {
+    name: "bamsormadup",
+    package: "biobambam2",
+};
+
+/// Where a measured run's standard streams go.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Streams<'a> {
+    /// Read as standard input (default: /dev/null).
+    pub stdin: Option<&'a Path>,
+    /// Standard output written here (default: returned).
+    pub stdout: Option<&'a Path>,
+}
+
 /// The argv that starts Picard. Under QEMU's multi-threaded TCG
 /// (`$TESTBED_ACCEL` = "tcg", set by the agent) the JVM's JIT-compiled code
 /// crashes now and then (SIGSEGV/SIGILL at the entry of a C1-compiled
@@ -52,17 +72,31 @@ impl Program {
     /// Runs to completion and returns stdout; a non-zero exit is an error
     /// carrying the command and the end of stderr.
     pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<Vec<u8>> {
-        self.run_in(args, None)
+        self.run_in(args, Streams::default()).map(|(out, _)| out)
     }
 
     /// As `run`, with stdout going to `out` instead.
     pub fn run_to_file<S: AsRef<OsStr>>(&self, args: &[S], out: &Path) -> Result<()> {
-        self.run_in(args, Some(out)).map(|_| ())
+        self.run_measured(
+            args,
+            Streams {
+                stdin: None,
+                stdout: Some(out),
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Runs to completion with `streams`; what the tool used (its peak
+    /// memory, CPU), which a caller that runs it again for the same
+    /// stage needs to combine by taking the larger peak.
+    pub fn run_measured<S: AsRef<OsStr>>(&self, args: &[S], streams: Streams) -> Result<Usage> {
+        self.run_in(args, streams).map(|(_, usage)| usage)
     }
 
     /// Runs the tool in its own process group (killed with us, and with
     /// everything it started once it exits: see testbed_proc::Group).
-    fn run_in<S: AsRef<OsStr>>(&self, args: &[S], out: Option<&Path>) -> Result<Vec<u8>> {
+    fn run_in<S: AsRef<OsStr>>(&self, args: &[S], streams: Streams) -> Result<(Vec<u8>, Usage)> {
         let mut cmd = if self.name == PICARD.name {
             let argv = picard_argv();
             let mut c = Command::new(&argv[0]);
@@ -71,8 +105,17 @@ impl Program {
         } else {
             Command::new(self.name)
         };
-        cmd.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
-        match out {
+        cmd.args(args).stderr(Stdio::piped());
+        match streams.stdin {
+            Some(path) => {
+                let f = std::fs::File::open(path).map_err(|e| AsamError::io(path, e))?;
+                cmd.stdin(f);
+            }
+            None => {
+                cmd.stdin(Stdio::null());
+            }
+        }
+        match streams.stdout {
             Some(path) => {
                 let f = std::fs::File::create(path).map_err(|e| AsamError::io(path, e))?;
                 cmd.stdout(f);
@@ -105,6 +148,7 @@ impl Program {
         let status = child
             .wait()
             .map_err(|e| AsamError::Invalid(format!("wait for {}: {e}", self.name)))?;
+        let usage = child.usage();
         let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
         read.map_err(|e| AsamError::Invalid(format!("read the output of {}: {e}", self.name)))?;
         if !status.success() {
@@ -120,7 +164,10 @@ impl Program {
                 stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
             });
         }
-        Ok(stdout)
+        let usage = usage.ok_or_else(|| {
+            AsamError::Invalid(format!("{}: no resource usage after wait", self.name))
+        })?;
+        Ok((stdout, usage))
     }
 }
 

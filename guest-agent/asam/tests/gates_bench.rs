@@ -57,7 +57,14 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
     let dir = private_dir();
     let o = setup(
         dir.path(),
-        &["picard", "sambamba", "samtools", "arrowsam"],
+        &[
+            "picard",
+            "sambamba",
+            "samtools",
+            "samblaster",
+            "bamsormadup",
+            "arrowsam",
+        ],
         1500,
     );
     let report = bench(&o).unwrap();
@@ -78,6 +85,9 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
             ("samtools", "fixmate"),
             ("samtools", "sort"),
             ("samtools", "markdup"),
+            ("samblaster", "markdup"),
+            ("samblaster", "sort"),
+            ("bamsormadup", "sort-markdup"),
             ("arrowsam", "load"),
             ("arrowsam", "sort"),
             ("arrowsam", "markdup"),
@@ -85,11 +95,46 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
         ]
     );
     assert!(report.stages.iter().all(|s| s.seconds > 0.0));
+    // Every stage's peak memory, but Picard's start-up (it exits with an
+    // error status, its usage unread): a real process's, not a default.
+    for s in &report.stages {
+        match (s.stage.as_str(), s.peak_rss_bytes) {
+            ("jvm-startup", None) => {}
+            (_, Some(b)) => assert!((1 << 20..64 << 30).contains(&b), "{s:?}"),
+            _ => panic!("no peak memory: {s:?}"),
+        }
+        assert_eq!(s.store_bytes.is_some(), s.tool == "arrowsam", "{s:?}");
+    }
+    // Picard's MarkDuplicates is a JVM: its peak is far above samtools'.
+    let peak = |t: &str, st: &str| {
+        report
+            .stages
+            .iter()
+            .find(|s| s.tool == t && s.stage == st)
+            .and_then(|s| s.peak_rss_bytes)
+            .unwrap()
+    };
+    assert!(
+        peak("picard", "markdup") > 4 * peak("samtools", "markdup"),
+        "{:?}",
+        report.stages
+    );
+    // ArrowSAM's store grows from load to sort (a sorted copy) and is
+    // what it is after writing.
+    let store = |st: &str| {
+        report
+            .stages
+            .iter()
+            .find(|s| s.tool == "arrowsam" && s.stage == st)
+            .and_then(|s| s.store_bytes)
+            .unwrap()
+    };
+    assert!(store("load") > 0 && store("sort") > store("load"));
     let markdup = |t: &str| {
         report
             .stages
             .iter()
-            .find(|s| s.tool == t && s.stage == "markdup")
+            .find(|s| s.tool == t && matches!(s.stage.as_str(), "markdup" | "sort-markdup"))
             .unwrap()
             .clone()
     };
@@ -104,8 +149,30 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
         ours.duplicates.unwrap()
     );
     assert_eq!(v.order_vs_samtools.unwrap().records, ours.records);
+    // Every other tool's duplicate set against Picard's, reported (not a
+    // gate): the same records, and a difference is named.
+    let tools: Vec<&str> = v.agreement.iter().map(|a| a.tool.as_str()).collect();
+    assert_eq!(tools, ["sambamba", "samtools", "samblaster", "bamsormadup"]);
+    for a in &v.agreement {
+        assert_eq!(a.records, ours.records, "{a:?}");
+        assert_eq!(Some(a.duplicates), markdup(&a.tool).duplicates, "{a:?}");
+        assert!(a.differing_reads <= a.differing_records, "{a:?}");
+        assert_eq!(a.reads.len() as u64, a.differing_reads.min(20), "{a:?}");
+    }
+    // samblaster keeps the first pair of a set where Picard keeps the one
+    // with the best base qualities: on this data they differ, and the run
+    // still passed.
+    let sb = &v.agreement[2];
+    assert!(sb.differing_records > 0, "{sb:?}");
     // One output directory for every tool's result.
-    for t in ["picard", "sambamba", "samtools", "arrowsam"] {
+    for t in [
+        "picard",
+        "sambamba",
+        "samtools",
+        "samblaster",
+        "bamsormadup",
+        "arrowsam",
+    ] {
         assert!(o.out_dir.join(format!("{t}.md.bam")).is_file(), "{t}");
     }
 

@@ -148,6 +148,25 @@ fn every_placement_does_the_same_work_and_arrowsam_passes_its_gates() {
     let with = calls(&lines, true);
     let all = with.iter().find(|c| c.class == "all").unwrap();
     assert!(all.recall > 0.5 && all.precision > 0.9, "{all:?}");
+
+    // Fused: sort, markdup and the BQSR table as one stage; its files
+    // equal the staged stages' (checked by the run), so its final BAM and
+    // its calls are the staged pipeline's.
+    let fused = workflow(&p, "arrowsam-fused", &disk, &["--bqsr", "--check"]);
+    assert_eq!(stages(&fused), ["align", "fused", "apply-bqsr", "call"]);
+    let f = done(&fused);
+    assert_eq!((f.records, f.duplicates), (d.records, d.duplicates));
+    assert!(
+        f.checks.iter().any(|c| c
+            == "fused: sorted.arrow, flags.arrow, recal.txt equal the staged sort, markdup and bqsr's, batch for batch")
+            && f.checks.iter().any(|c| c.starts_with("duplicates:")),
+        "{:?}",
+        f.checks
+    );
+    let key = |c: &&CallsLine| (c.class.clone(), c.bqsr, c.true_positives, c.false_positives);
+    let staged_calls: Vec<_> = calls(&lines, true).iter().map(key).collect();
+    let fused_calls: Vec<_> = calls(&fused, true).iter().map(key).collect();
+    assert_eq!(staged_calls, fused_calls);
 }
 
 #[test]
@@ -157,7 +176,7 @@ fn pipes_refuse_a_baseline_that_reads_twice_and_bqsr_is_arrowsam_only() {
     let p = prepare(&root.path().join("data"));
     let info = p.dir.as_ref().unwrap().join("prepared.json");
     for (placement, extra, says) in [
-        ("pipes", ["--baseline", "picard"], "samtools only"),
+        ("pipes", ["--baseline", "picard"], "reads its input twice"),
         ("disk", ["--bqsr", "--check"], "only the arrowsam placement"),
     ] {
         let out = Command::new(BIN)
@@ -172,5 +191,38 @@ fn pipes_refuse_a_baseline_that_reads_twice_and_bqsr_is_arrowsam_only() {
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{err}");
+    }
+}
+
+#[test]
+#[ignore = "prepares the tiny data set with bwa and runs samblaster and bamsormadup on disk and through pipes (~20 s); ./x test runs it"]
+fn samblaster_and_bamsormadup_run_on_disk_and_fed_by_bwas_pipe() {
+    let root = tempfile::tempdir().unwrap();
+    let disk = root.path().join("disk");
+    let p = prepare(&root.path().join("data"));
+    let reference = workflow(&p, "disk", &disk, &[]);
+    let want = done(&reference).records;
+    for (baseline, stage_list) in [
+        ("samblaster", vec!["align", "markdup", "sort", "call"]),
+        ("bamsormadup", vec!["align", "sort-markdup", "call"]),
+    ] {
+        for placement in ["disk", "pipes"] {
+            let lines = workflow(&p, placement, &disk, &["--baseline", baseline]);
+            assert_eq!(stages(&lines), stage_list, "{baseline} {placement}");
+            // The tool is named on its stages.
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| matches!(l, WorkflowLine::Stage(s) if s.tool == baseline)),
+                "{baseline} {placement}"
+            );
+            // Every record reaches the final BAM (bamsormadup reads the
+            // SAM on its standard input: an empty one would give none),
+            // and duplicates are marked.
+            let d = done(&lines);
+            assert_eq!(d.records, want, "{baseline} {placement}");
+            assert!(d.duplicates > 0, "{baseline} {placement}");
+            assert_eq!(calls(&lines, false).len(), 3, "{baseline} {placement}");
+        }
     }
 }

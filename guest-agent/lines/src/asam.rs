@@ -9,19 +9,28 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// The tools `bench-preproc --tools` knows.
-pub const TOOLS: [&str; 4] = ["picard", "sambamba", "samtools", "arrowsam"];
+pub const TOOLS: [&str; 6] = [
+    "picard",
+    "sambamba",
+    "samtools",
+    "samblaster",
+    "bamsormadup",
+    "arrowsam",
+];
 
 /// Every stage a tool of `bench-preproc` reports, in pipeline order:
 /// Picard's JVM start-up (timed on its own), sambamba's SAM -> BAM
 /// conversion, samtools' fixmate, ArrowSAM's SAM -> Arrow load, then every
-/// tool's sort and markdup, and ArrowSAM's BAM write.
-pub const STAGES: [&str; 7] = [
+/// tool's sort and markdup (samblaster marks before it sorts; bamsormadup
+/// does both in one pass, `sort-markdup`), and ArrowSAM's BAM write.
+pub const STAGES: [&str; 8] = [
     "jvm-startup",
     "convert",
     "fixmate",
     "load",
     "sort",
     "markdup",
+    "sort-markdup",
     "write",
 ];
 
@@ -145,6 +154,16 @@ pub struct StageResult {
     pub records: u64,
     /// Records with the duplicate bit after the stage (markdup stages).
     pub duplicates: Option<u64>,
+    /// The stage's peak resident memory: an external tool's `wait4`
+    /// ru_maxrss (the largest of its processes), ArrowSAM's own high-water
+    /// mark over the stage (VmHWM, reset when the stage starts). Absent in
+    /// lines of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    /// What ArrowSAM's shared-memory store holds on tmpfs when the stage
+    /// ends: memory in use outside any process between stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_bytes: Option<u64>,
 }
 
 /// `bench-preproc`'s last line: `{"summary": true, "verification": ...}`.
@@ -174,6 +193,29 @@ pub struct Verification {
     pub duplicates_vs_picard: Option<GatePassed>,
     /// ArrowSAM's records, whole, are in `samtools sort`'s order.
     pub order_vs_samtools: Option<GatePassed>,
+    /// Every other tool's duplicate set against Picard's on the same
+    /// input: reported, not gated, since some tools define a duplicate
+    /// differently by design (samblaster keeps the first pair it sees, not
+    /// the best-scoring one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<Agreement>,
+}
+
+/// How far one tool's duplicate set is from Picard MarkDuplicates'.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agreement {
+    pub tool: String,
+    /// Records in the tool's BAM.
+    pub records: u64,
+    /// Of them, marked duplicate.
+    pub duplicates: u64,
+    /// Records whose duplicate bit differs from Picard's, or that only one
+    /// side holds; 0 is exact agreement.
+    pub differing_records: u64,
+    /// Distinct read names among them.
+    pub differing_reads: u64,
+    /// The first of those names, sorted (at most 20).
+    pub reads: Vec<String>,
 }
 
 /// What a passed gate compared.

@@ -7,10 +7,19 @@
 use serde::{Deserialize, Serialize};
 
 /// The data placements of the workflow figure.
-pub const PLACEMENTS: [&str; 4] = ["disk", "ramdisk", "pipes", "arrowsam"];
+pub const PLACEMENTS: [&str; 5] = ["disk", "ramdisk", "pipes", "arrowsam", "arrowsam-fused"];
 
 /// The stages, in workflow order (x axis of asam-workflow).
-pub const STAGES: [&str; 6] = ["align", "sort", "markdup", "bqsr", "apply-bqsr", "call"];
+pub const STAGES: [&str; 8] = [
+    "align",
+    "sort",
+    "markdup",
+    "sort-markdup",
+    "bqsr",
+    "fused",
+    "apply-bqsr",
+    "call",
+];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -13,6 +13,28 @@ use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// What a reaped child used. wait4 reports the child together with every
+/// descendant it waited for (RUSAGE_BOTH), so a wrapper script's program
+/// counts: `max_rss_bytes` is the largest of their peaks, not a sum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Usage {
+    pub max_rss_bytes: u64,
+    pub user_s: f64,
+    pub system_s: f64,
+}
+
+impl Usage {
+    fn from_rusage(ru: &libc::rusage) -> Usage {
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        Usage {
+            // Linux reports ru_maxrss in KiB.
+            max_rss_bytes: (ru.ru_maxrss.max(0) as u64) * 1024,
+            user_s: secs(ru.ru_utime),
+            system_s: secs(ru.ru_stime),
+        }
+    }
+}
+
 /// What a child that exited left behind.
 #[derive(Debug)]
 pub struct Finished {
@@ -82,6 +104,7 @@ pub fn contain(cmd: &mut Command) -> &mut Command {
 pub struct Group {
     child: Child,
     status: Option<ExitStatus>,
+    usage: Option<Usage>,
     stop_signal: i32,
     grace: Duration,
     command: String,
@@ -98,6 +121,7 @@ impl Group {
         Ok(Group {
             child,
             status: None,
+            usage: None,
             stop_signal: libc::SIGTERM,
             grace: Duration::from_secs(5),
             command,
@@ -177,9 +201,35 @@ impl Group {
         self.signal_group(libc::SIGKILL);
         // The leader itself, should it have left its group.
         let _ = self.child.kill();
-        let s = self.child.wait()?;
+        let (s, usage) = self.reap()?;
         self.status = Some(s);
+        self.usage = Some(usage);
         Ok(s)
+    }
+
+    /// What the leader used, once it was reaped (after [`Group::wait`],
+    /// [`Group::stop`] or [`Group::kill`]).
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// wait4 on the leader: its status and its resource use.
+    fn reap(&mut self) -> std::io::Result<(ExitStatus, Usage)> {
+        use std::os::unix::process::ExitStatusExt;
+        loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: a zeroed rusage is valid; wait4 writes into it.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: wait4 on our own unreaped child with valid pointers.
+            let r = unsafe { libc::wait4(self.child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+            if r > 0 {
+                return Ok((ExitStatus::from_raw(status), Usage::from_rusage(&ru)));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
     }
 
     /// Whether the leader exited, without reaping it (WNOWAIT), so the
@@ -312,6 +362,23 @@ mod tests {
         .unwrap();
         assert_eq!((f.stdout.as_str(), f.stderr.as_str()), ("out\n", "err\n"));
         assert_eq!(f.status.code(), Some(3));
+    }
+
+    #[test]
+    fn a_groups_usage_holds_the_peak_of_a_program_its_leader_waited_for() {
+        // sh forks python and waits for it: the 96 MiB python touches must
+        // show in the leader's usage, though sh itself stays small.
+        let mut g = Group::spawn(Command::new("sh").args([
+            "-c",
+            "python3 -c 'b = bytearray(96 << 20); b[::4096] = b\"x\" * len(b[::4096])'; true",
+        ]))
+        .unwrap();
+        assert!(g.usage().is_none());
+        assert!(g.wait().unwrap().success());
+        let u = g.usage().unwrap();
+        assert!(u.max_rss_bytes >= 96 << 20, "{u:?}");
+        assert!(u.max_rss_bytes < 1 << 30, "{u:?}");
+        assert!(u.user_s + u.system_s > 0.0, "{u:?}");
     }
 
     #[test]

@@ -262,12 +262,31 @@ fn record(
             seconds,
             records,
             duplicates,
+            peak_rss_bytes,
+            store_bytes,
         } = st;
         let tags = BTreeMap::from([
             ("tool".to_string(), tool.clone()),
             ("stage".to_string(), stage.clone()),
         ]);
         ctx.emit_samples("stage_seconds", "s", i as u32, &tags, &[*seconds]);
+        // Memory in use at the stage's peak: the process's (or, for an
+        // external tool, the largest of its processes') high-water mark,
+        // plus what ArrowSAM's store holds on tmpfs. The store pages the
+        // stage maps are in both, so ArrowSAM's is an upper bound.
+        if let Some(rss) = peak_rss_bytes {
+            let memory = rss + store_bytes.unwrap_or(0);
+            ctx.emit_samples("stage_peak_memory_bytes", "B", i as u32, &tags, &[
+                memory as f64,
+            ]);
+            s.insert(
+                format!("{tool}.{stage}_peak_memory_bytes"),
+                serde_json::json!(memory),
+            );
+        }
+        if let Some(b) = store_bytes {
+            ctx.emit_samples("stage_store_bytes", "B", i as u32, &tags, &[*b as f64]);
+        }
         s.insert(
             format!("{tool}.{stage}_seconds"),
             serde_json::json!(seconds),
@@ -325,6 +344,34 @@ fn record(
             serde_json::json!(order.records),
         );
     }
+    // Every other tool's duplicate set against Picard's: reported as the
+    // records that differ (0 = agrees exactly), a point that differs still
+    // counts.
+    for (i, a) in verification.agreement.iter().enumerate() {
+        let tags = BTreeMap::from([("tool".to_string(), a.tool.clone())]);
+        ctx.emit_samples(
+            "duplicates_differing_from_picard",
+            "records",
+            i as u32,
+            &tags,
+            &[a.differing_records as f64],
+        );
+        let t = &a.tool;
+        s.insert(
+            format!("{t}.differing_from_picard"),
+            serde_json::json!(a.differing_records),
+        );
+        s.insert(
+            format!("{t}.differing_reads"),
+            serde_json::json!(a.differing_reads),
+        );
+        if !a.reads.is_empty() {
+            s.insert(
+                format!("{t}.differing_reads_first"),
+                serde_json::json!(a.reads),
+            );
+        }
+    }
     s.insert("dataset.pairs".into(), serde_json::json!(dataset.pairs));
     s.insert(
         "dataset.duplicate_pairs".into(),
@@ -341,6 +388,8 @@ fn required_stages(tool: &str) -> &'static [&'static str] {
         "sambamba" => &["convert", "sort", "markdup"],
         "samtools" => &["fixmate", "sort", "markdup"],
         "arrowsam" => &["load", "sort", "markdup", "write"],
+        "samblaster" => &["markdup", "sort"],
+        "bamsormadup" => &["sort-markdup"],
         _ => &["sort", "markdup"],
     }
 }
@@ -353,7 +402,9 @@ pub fn preproc_line(summary: &Summary) -> Option<String> {
     let tools: Vec<String> = TOOLS
         .iter()
         .filter_map(|t| {
-            let core = num(format!("{t}.sort_seconds"))? + num(format!("{t}.markdup_seconds"))?;
+            let core = num(format!("{t}.sort-markdup_seconds")).or_else(|| {
+                Some(num(format!("{t}.sort_seconds"))? + num(format!("{t}.markdup_seconds"))?)
+            })?;
             let total: f64 = STAGES
                 .iter()
                 .filter(|s| **s != "jvm-startup")
@@ -368,6 +419,23 @@ pub fn preproc_line(summary: &Summary) -> Option<String> {
     let mut line = format!("SAM to marked BAM (sort+markdup): {}", tools.join(", "));
     if let Some(j) = num("picard.jvm-startup_seconds".into()) {
         line.push_str(&format!("; picard JVM start-up {j:.3} s per stage"));
+    }
+    let differing: Vec<String> = TOOLS
+        .iter()
+        .filter_map(|t| {
+            let n = num(format!("{t}.differing_from_picard"))?;
+            Some(if n == 0.0 {
+                format!("{t} agrees")
+            } else {
+                format!("{t} {n:.0} records differ")
+            })
+        })
+        .collect();
+    if !differing.is_empty() {
+        line.push_str(&format!(
+            "; duplicates against picard's: {}",
+            differing.join(", ")
+        ));
     }
     if let Some(n) = num("arrowsam.gate_duplicates_records".into()) {
         line.push_str(&format!(
@@ -398,7 +466,13 @@ impl super::WorkloadParams for AsamPreprocParams {
         use super::MetricInfo as M;
         vec![
             M::raw("stage_seconds", "s", &["tool", "stage"]),
+            M::raw("stage_peak_memory_bytes", "B", &["tool", "stage"]),
+            M::raw("stage_store_bytes", "B", &["tool", "stage"]),
+            M::raw("duplicates_differing_from_picard", "records", &["tool"]),
             M::summary("jvm-startup_seconds", "s", &["tool"]),
+            M::summary("sort-markdup_seconds", "s", &["tool"]),
+            M::summary("differing_from_picard", "records", &["tool"]),
+            M::summary("differing_reads", "", &["tool"]),
             M::summary("convert_seconds", "s", &["tool"]),
             M::summary("fixmate_seconds", "s", &["tool"]),
             M::summary("load_seconds", "s", &["tool"]),
@@ -406,6 +480,14 @@ impl super::WorkloadParams for AsamPreprocParams {
             M::summary("markdup_seconds", "s", &["tool"]),
             M::summary("write_seconds", "s", &["tool"]),
             M::summary("duplicates", "", &["tool"]),
+            M::summary("jvm-startup_peak_memory_bytes", "B", &["tool"]),
+            M::summary("convert_peak_memory_bytes", "B", &["tool"]),
+            M::summary("fixmate_peak_memory_bytes", "B", &["tool"]),
+            M::summary("load_peak_memory_bytes", "B", &["tool"]),
+            M::summary("sort_peak_memory_bytes", "B", &["tool"]),
+            M::summary("markdup_peak_memory_bytes", "B", &["tool"]),
+            M::summary("sort-markdup_peak_memory_bytes", "B", &["tool"]),
+            M::summary("write_peak_memory_bytes", "B", &["tool"]),
             M::summary("records", "", &[]),
         ]
     }
@@ -434,7 +516,7 @@ mod tests {
     #[test]
     fn a_preset_gives_sizes_and_overrides_win() {
         let p = params(serde_json::json!({"dataset": "tiny"})).unwrap();
-        assert_eq!(p.tools.len(), 4);
+        assert_eq!(p.tools.len(), 6);
         assert_eq!(
             p.sizes(),
             Some(Sizes {
@@ -494,13 +576,14 @@ mod tests {
                 r#"{{"tool":"{tool}","stage":"{stage}","seconds":{seconds},"records":200,"duplicates":{dups}}}"#
             )
         };
-        let passed = r#"{"summary":true,"verification":{"duplicates_vs_picard":{"records":200,"duplicates":20},"order_vs_samtools":{"records":200,"duplicates":0}}}"#;
+        let passed = r#"{"summary":true,"verification":{"duplicates_vs_picard":{"records":200,"duplicates":20},"order_vs_samtools":{"records":200,"duplicates":0},"agreement":[{"tool":"samblaster","records":200,"duplicates":21,"differing_records":4,"differing_reads":2,"reads":["r1","r7"]}]}}"#;
+        let with_memory = r#"{"tool":"arrowsam","stage":"sort","seconds":0.1,"records":200,"duplicates":null,"peak_rss_bytes":1000,"store_bytes":500}"#;
         let out = [
             stage("picard", "jvm-startup", 0.5, "null"),
             stage("picard", "sort", 1.5, "null"),
             stage("picard", "markdup", 2.0, "20"),
             stage("arrowsam", "load", 0.2, "null"),
-            stage("arrowsam", "sort", 0.1, "null"),
+            with_memory.to_string(),
             stage("arrowsam", "markdup", 0.5, "20"),
             stage("arrowsam", "write", 0.3, "20"),
             passed.to_string(),
@@ -525,7 +608,26 @@ mod tests {
         assert_eq!(s["arrowsam.gate_order_records"], 200);
         assert_eq!(s["dataset.pairs"], 100);
         assert_eq!(s["dataset.cached"], true);
-        assert_eq!(sink.0.lock().unwrap().len(), 7);
+        // The sort's memory is the process's peak plus the store's bytes.
+        assert_eq!(s["arrowsam.sort_peak_memory_bytes"], 1500);
+        assert!(!s.contains_key("arrowsam.load_peak_memory_bytes"));
+        assert_eq!(s["samblaster.differing_from_picard"], 4);
+        assert_eq!(s["samblaster.differing_reads"], 2);
+        assert_eq!(
+            s["samblaster.differing_reads_first"],
+            serde_json::json!(["r1", "r7"])
+        );
+        {
+            let chunks = sink.0.lock().unwrap();
+            // 7 stage times, the sort's memory and store, one agreement.
+            assert_eq!(chunks.len(), 10);
+            let a = chunks
+                .iter()
+                .find(|c| c.metric == "duplicates_differing_from_picard")
+                .unwrap();
+            assert_eq!(a.tags["tool"], "samblaster");
+            assert_eq!(a.values, [4.0]);
+        }
         // Without the summary line, a stage a tool needs, or a passed gate,
         // the point fails.
         let e = record(&p, &ctx, &dataset, &lines[..7]).unwrap_err();
@@ -583,6 +685,7 @@ mod tests {
         let chunks = sink.0.lock().unwrap();
         let stages: Vec<(String, String)> = chunks
             .iter()
+            .filter(|c| c.metric == "stage_seconds")
             .map(|c| (c.tags["tool"].clone(), c.tags["stage"].clone()))
             .collect();
         for want in [
@@ -599,11 +702,25 @@ mod tests {
                 "{stages:?}"
             );
         }
-        assert!(
+        // Time and peak memory of every stage (Picard's start-up has no
+        // memory: it exits with an error status), the store only for
+        // ArrowSAM's; nothing else.
+        let of = |metric: &str| -> Vec<(String, String, String)> {
             chunks
                 .iter()
-                .all(|c| c.metric == "stage_seconds" && c.unit == "s")
-        );
+                .filter(|c| c.metric == metric)
+                .map(|c| (c.tags["tool"].clone(), c.tags["stage"].clone(), c.unit.clone()))
+                .collect()
+        };
+        assert_eq!(of("stage_seconds").len(), 7);
+        let memory = of("stage_peak_memory_bytes");
+        assert_eq!(memory.len(), 6, "{memory:?}");
+        assert!(memory.iter().all(|(_, st, u)| st != "jvm-startup" && u == "B"));
+        let store = of("stage_store_bytes");
+        assert_eq!(store.len(), 4, "{store:?}");
+        assert!(store.iter().all(|(t, _, _)| t == "arrowsam"));
+        assert_eq!(chunks.len(), 7 + 6 + 4);
+        assert!(s["arrowsam.sort_peak_memory_bytes"].as_u64().unwrap() > 1 << 20);
     }
 
     #[test]
@@ -613,6 +730,9 @@ mod tests {
             ("picard.markdup_seconds", serde_json::json!(3.5)),
             ("picard.jvm-startup_seconds", serde_json::json!(0.75)),
             ("sambamba.sort_seconds", serde_json::json!(0.5)),
+            ("bamsormadup.sort-markdup_seconds", serde_json::json!(1.25)),
+            ("bamsormadup.differing_from_picard", serde_json::json!(0)),
+            ("samblaster.differing_from_picard", serde_json::json!(12)),
             ("arrowsam.load_seconds", serde_json::json!(0.25)),
             ("arrowsam.sort_seconds", serde_json::json!(0.04)),
             ("arrowsam.markdup_seconds", serde_json::json!(0.05)),
@@ -626,7 +746,7 @@ mod tests {
         // separately timed start-up; ArrowSAM's counts load and write.
         assert_eq!(
             preproc_line(&summary).unwrap(),
-            "SAM to marked BAM (sort+markdup): picard 5.500 s (5.500 s), arrowsam 0.840 s (0.090 s); picard JVM start-up 0.750 s per stage; arrowsam gates passed: duplicates = picard's, whole-record order = samtools' (200 records)"
+            "SAM to marked BAM (sort+markdup): picard 5.500 s (5.500 s), bamsormadup 1.250 s (1.250 s), arrowsam 0.840 s (0.090 s); picard JVM start-up 0.750 s per stage; duplicates against picard's: samblaster 12 records differ, bamsormadup agrees; arrowsam gates passed: duplicates = picard's, whole-record order = samtools' (200 records)"
         );
     }
 

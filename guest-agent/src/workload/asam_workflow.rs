@@ -23,9 +23,11 @@ use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
 pub struct AsamWorkflowParams {
     /// Data set size: tiny | small | medium (see `testbed-asam prepare`).
     pub dataset: String,
-    /// disk | ramdisk | pipes | arrowsam (a sweep axis).
+    /// disk | ramdisk | pipes | arrowsam | arrowsam-fused (a sweep axis).
     pub placement: String,
-    /// Sort and markdup tools outside ArrowSAM: samtools | picard | sambamba.
+    /// Sort and markdup tools outside ArrowSAM: samtools | picard | sambamba
+    /// | samblaster (marks bwa's stream, then samtools sorts) | bamsormadup
+    /// (both in one pass: stage `sort-markdup`).
     #[serde(default = "default_baseline")]
     pub baseline: String,
     #[serde(default = "default_callers")]
@@ -61,7 +63,7 @@ pub struct AsamWorkflowParams {
     pub timeout_seconds: u64,
 }
 
-pub const BASELINES: [&str; 3] = ["samtools", "picard", "sambamba"];
+pub const BASELINES: [&str; 5] = ["samtools", "picard", "sambamba", "samblaster", "bamsormadup"];
 /// The metrics of `perf stat`'s events (workflow::counters::EVENTS).
 pub const COUNTER_METRICS: [&str; 4] = [
     "cache_references",
@@ -109,11 +111,11 @@ impl AsamWorkflowParams {
         for c in &self.callers {
             one_of("callers", c, &CALLERS)?;
         }
-        if self.placement == "pipes" && self.baseline != "samtools" {
+        if self.placement == "pipes" && matches!(self.baseline.as_str(), "picard" | "sambamba") {
             return Err(ParamError::new(
                 "baseline",
                 format!(
-                    "placement pipes runs samtools only ({} reads its input twice when marking duplicates)",
+                    "placement pipes runs samtools, samblaster or bamsormadup only ({} reads its input twice when marking duplicates)",
                     self.baseline
                 ),
             ));
@@ -218,7 +220,10 @@ pub fn run(p: &AsamWorkflowParams, ctx: &JobContext) -> Result<Summary, Workload
         p.timeout_seconds.to_string(),
     ];
     for (on, flag) in [
-        (p.bqsr && p.placement == "arrowsam", "--bqsr"),
+        (
+            p.bqsr && matches!(p.placement.as_str(), "arrowsam" | "arrowsam-fused"),
+            "--bqsr",
+        ),
         (p.counters, "--counters"),
         (p.check, "--check"),
     ] {
@@ -411,6 +416,11 @@ mod tests {
             ),
             "baseline"
         );
+        for fed_by_a_pipe in ["samtools", "samblaster", "bamsormadup"] {
+            let p = params(serde_json::json!({"dataset": "tiny", "placement": "pipes", "baseline": fed_by_a_pipe}))
+                .unwrap();
+            assert!(p.validate().is_ok(), "{fed_by_a_pipe}");
+        }
         assert_eq!(
             field(serde_json::json!({"dataset": "tiny", "placement": "disk", "callers": ["gatk"]})),
             "callers"

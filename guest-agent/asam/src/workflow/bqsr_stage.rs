@@ -58,13 +58,25 @@ pub fn run(cmd: BqsrCommand) -> Result<()> {
 }
 
 fn table(s: &SharedDir, reference: &Path, known: Option<&Path>, threads: usize) -> Result<()> {
+    put_table(s, &marked(s)?, reference, known, threads)
+}
+
+/// BQSR's table of `marked` (sorted, duplicate-marked records) into the
+/// store: the bqsr stage's work, and the fused stage's last step.
+pub fn put_table(
+    s: &SharedDir,
+    marked: &[RecordBatch],
+    reference: &Path,
+    known: Option<&Path>,
+    threads: usize,
+) -> Result<()> {
     let names = references(s)?;
     let reference = Reference::from_fasta(reference, &names)?;
     let known = match known {
         Some(k) => KnownSites::from_vcf(k, &names)?,
         None => KnownSites::none(),
     };
-    let t = crate::bqsr::build_table(&marked(s)?, &reference, &known, threads)?;
+    let t = crate::bqsr::build_table(marked, &reference, &known, threads)?;
     s.put_text(TABLE, &t.to_report()?)
 }
 

@@ -20,6 +20,9 @@ use crate::{AsamError, Result};
 pub struct Step {
     pub argv: Vec<OsString>,
     pub package: &'static str,
+    /// A file to read as standard input, for a program that reads only
+    /// there (bamsormadup); the first step of a chain only.
+    pub stdin: Option<std::path::PathBuf>,
 }
 
 impl Step {
@@ -30,6 +33,7 @@ impl Step {
         Step {
             argv: argv.into_iter().map(Into::into).collect(),
             package,
+            stdin: None,
         }
     }
 
@@ -100,9 +104,18 @@ pub fn run(
             .ok_or_else(|| AsamError::Invalid("a step without a program".into()))?;
         let mut cmd = Command::new(program);
         cmd.args(args).stderr(Stdio::piped());
-        cmd.stdin(match previous.take() {
-            Some(p) => Stdio::from(p),
-            None => Stdio::null(),
+        cmd.stdin(match (previous.take(), &step.stdin) {
+            (Some(_), Some(_)) => {
+                return Err(AsamError::Invalid(format!(
+                    "{}: a step inside a chain reads the previous one, not a file",
+                    step.shown()
+                )));
+            }
+            (Some(p), None) => Stdio::from(p),
+            (None, Some(path)) => {
+                Stdio::from(std::fs::File::open(path).map_err(|e| AsamError::io(path, e))?)
+            }
+            (None, None) => Stdio::null(),
         });
         if i + 1 < steps.len() {
             cmd.stdout(Stdio::piped());

@@ -53,6 +53,8 @@ pub fn wrap(step: &Step, out: &Path) -> Step {
     Step {
         argv,
         package: step.package,
+        // perf hands its standard input to the program it starts.
+        stdin: step.stdin.clone(),
     }
 }
 

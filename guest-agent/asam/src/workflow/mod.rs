@@ -72,13 +72,13 @@ struct Timed {
 
 /// Runs the workflow; every line it would print.
 pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
-    if o.placement == Placement::Pipes && o.baseline != Baseline::Samtools {
+    if o.placement == Placement::Pipes && !o.baseline.reads_once() {
         return Err(AsamError::Invalid(format!(
-            "placement pipes runs samtools only ({} reads its input twice when marking duplicates, so a pipe cannot feed it)",
+            "placement pipes runs samtools, samblaster or bamsormadup only ({} reads its input twice when marking duplicates, so a pipe cannot feed it)",
             o.baseline.name()
         )));
     }
-    if o.bqsr && o.placement != Placement::Arrowsam {
+    if o.bqsr && !o.placement.is_arrowsam() {
         return Err(AsamError::Invalid(
             "bqsr: only the arrowsam placement has a BQSR (GATK, the baseline, is not packaged)"
                 .into(),
@@ -108,7 +108,8 @@ pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
     let timed = match o.placement {
         Placement::Disk | Placement::Ramdisk => runner.files(work.path()),
         Placement::Pipes => runner.pipes(work.path()),
-        Placement::Arrowsam => runner.arrowsam(work.path()),
+        Placement::Arrowsam => runner.arrowsam(work.path(), false),
+        Placement::ArrowsamFused => runner.arrowsam(work.path(), true),
     };
     let cpu = sampler.map(|s| s.stop()).unwrap_or_default();
     let timed = timed?;
@@ -129,7 +130,7 @@ pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
         })
     }));
     lines.extend(timed.counters.iter().cloned().map(WorkflowLine::Counters));
-    let final_bqsr = o.bqsr && o.placement == Placement::Arrowsam;
+    let final_bqsr = o.bqsr && o.placement.is_arrowsam();
     for c in &o.callers {
         lines.extend(score(
             o,
@@ -151,6 +152,9 @@ pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
     if let Some(store) = &timed.store {
         let check_dir = work.path().join("check");
         std::fs::create_dir(&check_dir).map_err(|e| AsamError::io(&check_dir, e))?;
+        if o.placement == Placement::ArrowsamFused {
+            runner.check_fused(store.path(), &check_dir, &mut checks)?;
+        }
         let plain = runner.check_arrowsam(store.path(), &check_dir, &mut checks)?;
         if final_bqsr {
             // The same calls without BQSR, for what recalibration changes.
@@ -289,6 +293,78 @@ impl Runner<'_> {
             .unzip()
     }
 
+    /// The `stage` subcommand of this program on `store`, as a step.
+    fn own_step(&self, store: &Path, args: Vec<OsString>) -> Step {
+        let mut argv: Vec<OsString> = vec![self.o.self_exe.as_os_str().to_owned(), "stage".into()];
+        argv.extend(args);
+        argv.push("--store".into());
+        argv.push(store.as_os_str().to_owned());
+        Step {
+            argv,
+            package: "testbed-asam (this testbed)",
+            stdin: None,
+        }
+    }
+
+    /// The bqsr stage's arguments (and the fused stage's BQSR part).
+    fn bqsr_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["--reference".into()];
+        args.push(self.o.reference.as_os_str().to_owned());
+        if let Some(k) = &self.o.known_sites {
+            args.push("--known-sites".into());
+            args.push(k.as_os_str().to_owned());
+        }
+        args
+    }
+
+    /// Untimed: the staged stages (sort, markdup, and bqsr when asked) run
+    /// on a copy of what the fused run loaded, in a store of their own;
+    /// the fused stage's sorted records, flags and BQSR table must equal
+    /// theirs, batch for batch.
+    fn check_fused(&self, store: &Path, dir: &Path, checks: &mut Vec<String>) -> Result<()> {
+        let o = self.o;
+        let staged = shared::create(dir)?;
+        for name in [stages::ALIGNED, stages::HEADER, stages::REFERENCES] {
+            let (from, to) = (store.join(name), staged.path().join(name));
+            std::fs::copy(&from, &to).map_err(|e| AsamError::io(&to, e))?;
+        }
+        let t = || -> Vec<OsString> { vec!["--threads".into(), o.threads.to_string().into()] };
+        let mut runs = vec![
+            [vec!["sort".into()], t()].concat(),
+            [vec!["markdup".into()], t()].concat(),
+        ];
+        if o.bqsr {
+            runs.push([vec!["bqsr".into()], self.bqsr_args(), t()].concat());
+        }
+        for args in runs {
+            chain::run(
+                &[self.own_step(staged.path(), args)],
+                None,
+                self.origin,
+                o.timeout,
+            )?;
+        }
+        let (fused, staged_dir) = (
+            shared::SharedDir::open(store)?,
+            shared::SharedDir::open(staged.path())?,
+        );
+        let mut names = vec![stages::SORTED, stages::FLAGS];
+        if o.bqsr {
+            names.push(bqsr_stage::TABLE);
+        }
+        shared::same_files(&fused, &staged_dir, &names).map_err(|e| {
+            AsamError::Invalid(format!(
+                "correctness gate failed: the fused stage against the staged pipeline: {e}"
+            ))
+        })?;
+        checks.push(format!(
+            "fused: {} equal the staged sort, markdup{}'s, batch for batch",
+            names.join(", "),
+            if o.bqsr { " and bqsr" } else { "" }
+        ));
+        Ok(())
+    }
+
     /// Untimed: the records ArrowSAM loaded go through samtools sort, and
     /// its output through Picard MarkDuplicates; ArrowSAM's sorted, marked
     /// records (before BQSR) must equal samtools' whole, and mark the same
@@ -314,6 +390,7 @@ impl Runner<'_> {
             Step {
                 argv,
                 package: "testbed-asam (this testbed)",
+                stdin: None,
             }
         };
         let sam = dir.join("aligned.sam");
@@ -387,8 +464,9 @@ impl Runner<'_> {
             tool: o.align.program(),
             runs: vec![(vec![o.align.clone()], Some(sam.clone()))],
         })?];
-        parts.push(self.stage(&plan::sort_files(o.baseline, &sam, dir, o.threads))?);
-        parts.push(self.stage(&plan::markdup_files(o.baseline, dir, o.threads))?);
+        for stage in plan::baseline_files(o.baseline, &sam, dir, o.threads) {
+            parts.push(self.stage(&stage)?);
+        }
         let bam = dir.join("markdup.bam");
         parts.push(self.stage(&StagePlan {
             stage: "call",
@@ -405,25 +483,20 @@ impl Runner<'_> {
         })
     }
 
-    /// Pipes: bwa | fixmate | sort | markdup, each stage ending when its
+    /// Pipes: bwa | the baseline's programs, each stage ending when its
     /// process exits; the final BAM on tmpfs, then the callers.
     fn pipes(&self, dir: &Path) -> Result<Timed> {
         let o = self.o;
         let bam = dir.join("markdup.bam");
-        let steps = plan::pipes_chain(&o.align, &bam, &dir.join("tmp"), o.threads);
-        let (steps, files) = self.wrapped("pipes", 0, &steps);
-        let t = chain::run(&steps, None, self.origin, o.timeout)?;
+        let pipeline = plan::pipes_plan(o.baseline, &o.align, dir, o.threads)?;
+        let (steps, files) = self.wrapped("pipes", 0, &pipeline.steps);
+        let t = chain::run(&steps, pipeline.stdout.as_deref(), self.origin, o.timeout)?;
         let mut counted: Vec<BTreeMap<String, f64>> = Vec::new();
         for f in &files {
             let text = std::fs::read_to_string(f).map_err(|e| AsamError::io(f, e))?;
             counted.push(counters::parse(&text));
         }
-        // (stage, tool, first step, last step): fixmate belongs to sort.
-        let parts_of = [
-            ("align", o.align.program(), 0, 0),
-            ("sort", "samtools".to_string(), 1, 2),
-            ("markdup", "samtools".to_string(), 3, 3),
-        ];
+        let parts_of = pipeline.parts;
         let mut stages = Vec::new();
         let mut counters_lines = Vec::new();
         let mut start = t.start;
@@ -463,19 +536,10 @@ impl Runner<'_> {
     /// ArrowSAM: bwa's SAM converted by a writer process into Arrow IPC on
     /// tmpfs; sort, markdup (and BQSR) each a process mapping the previous
     /// stage's output; the calling stage writes the BAM the callers read.
-    fn arrowsam(&self, dir: &Path) -> Result<Timed> {
+    fn arrowsam(&self, dir: &Path, fused: bool) -> Result<Timed> {
         let o = self.o;
         let store = shared::create(&o.ram_dir)?;
-        let me = |args: Vec<OsString>| {
-            let mut argv: Vec<OsString> = vec![o.self_exe.as_os_str().to_owned(), "stage".into()];
-            argv.extend(args);
-            argv.push("--store".into());
-            argv.push(store.path().as_os_str().to_owned());
-            Step {
-                argv,
-                package: "testbed-asam (this testbed)",
-            }
-        };
+        let me = |args: Vec<OsString>| self.own_step(store.path(), args);
         let t = || -> Vec<OsString> { vec!["--threads".into(), o.threads.to_string().into()] };
         let arrow = |stage: &'static str, args: Vec<OsString>| StagePlan {
             stage,
@@ -487,16 +551,18 @@ impl Runner<'_> {
             tool: o.align.program(),
             runs: vec![(vec![o.align.clone(), me(vec!["load".into()])], None)],
         })?];
-        parts.push(self.stage(&arrow("sort", [vec!["sort".into()], t()].concat()))?);
-        parts.push(self.stage(&arrow("markdup", [vec!["markdup".into()], t()].concat()))?);
-        if o.bqsr {
-            let mut args: Vec<OsString> = vec!["bqsr".into(), "--reference".into()];
-            args.push(o.reference.as_os_str().to_owned());
-            if let Some(k) = &o.known_sites {
-                args.push("--known-sites".into());
-                args.push(k.as_os_str().to_owned());
+        if fused {
+            let bqsr = if o.bqsr { self.bqsr_args() } else { Vec::new() };
+            parts.push(self.stage(&arrow("fused", [vec!["fused".into()], bqsr, t()].concat()))?);
+        } else {
+            parts.push(self.stage(&arrow("sort", [vec!["sort".into()], t()].concat()))?);
+            parts.push(self.stage(&arrow("markdup", [vec!["markdup".into()], t()].concat()))?);
+            if o.bqsr {
+                let args = [vec!["bqsr".into()], self.bqsr_args(), t()].concat();
+                parts.push(self.stage(&arrow("bqsr", args))?);
             }
-            parts.push(self.stage(&arrow("bqsr", [args, t()].concat()))?);
+        }
+        if o.bqsr {
             parts.push(self.stage(&arrow(
                 "apply-bqsr",
                 [vec!["apply-bqsr".into()], t()].concat(),

@@ -7,7 +7,11 @@
 //! programs (`fixmate -m` + `sort`, `markdup`), so the placement is the
 //! only difference between their series. Picard and sambamba read their
 //! input twice in duplicate marking, so they cannot be fed by a pipe:
-//! pipes is samtools only.
+//! pipes runs samtools, samblaster or bamsormadup, which read it once.
+//! samblaster marks duplicates on the aligner's name-grouped stream, before
+//! the sort (`bwa | samblaster | samtools sort`); bamsormadup (biobambam2)
+//! sorts and marks in one process (`bwa | bamsormadup`), one stage,
+//! `sort-markdup`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -25,6 +29,10 @@ pub enum Placement {
     Pipes,
     /// Arrow IPC on tmpfs, mapped by the next stage's process.
     Arrowsam,
+    /// As Arrowsam, with sort, markdup and BQSR's counting fused into one
+    /// process over its memory (`stage fused`): the upper bound of "in
+    /// memory" this code reaches.
+    ArrowsamFused,
 }
 
 impl Placement {
@@ -34,9 +42,10 @@ impl Placement {
             "ramdisk" => Placement::Ramdisk,
             "pipes" => Placement::Pipes,
             "arrowsam" => Placement::Arrowsam,
+            "arrowsam-fused" => Placement::ArrowsamFused,
             _ => {
                 return Err(AsamError::Invalid(format!(
-                    "placement {s:?}: known are disk, ramdisk, pipes, arrowsam"
+                    "placement {s:?}: known are disk, ramdisk, pipes, arrowsam, arrowsam-fused"
                 )));
             }
         })
@@ -48,7 +57,13 @@ impl Placement {
             Placement::Ramdisk => "ramdisk",
             Placement::Pipes => "pipes",
             Placement::Arrowsam => "arrowsam",
+            Placement::ArrowsamFused => "arrowsam-fused",
         }
+    }
+
+    /// ArrowSAM's own stages (a store on tmpfs), staged or fused.
+    pub fn is_arrowsam(self) -> bool {
+        matches!(self, Placement::Arrowsam | Placement::ArrowsamFused)
     }
 }
 
@@ -58,6 +73,8 @@ pub enum Baseline {
     Samtools,
     Picard,
     Sambamba,
+    Samblaster,
+    Bamsormadup,
 }
 
 impl Baseline {
@@ -66,9 +83,11 @@ impl Baseline {
             "samtools" => Baseline::Samtools,
             "picard" => Baseline::Picard,
             "sambamba" => Baseline::Sambamba,
+            "samblaster" => Baseline::Samblaster,
+            "bamsormadup" => Baseline::Bamsormadup,
             _ => {
                 return Err(AsamError::Invalid(format!(
-                    "baseline {s:?}: known are samtools, picard, sambamba"
+                    "baseline {s:?}: known are samtools, picard, sambamba, samblaster, bamsormadup"
                 )));
             }
         })
@@ -79,7 +98,14 @@ impl Baseline {
             Baseline::Samtools => "samtools",
             Baseline::Picard => "picard",
             Baseline::Sambamba => "sambamba",
+            Baseline::Samblaster => "samblaster",
+            Baseline::Bamsormadup => "bamsormadup",
         }
+    }
+
+    /// Whether it reads its input once, so a pipe can feed it.
+    pub fn reads_once(self) -> bool {
+        !matches!(self, Baseline::Picard | Baseline::Sambamba)
     }
 }
 
@@ -102,6 +128,7 @@ pub fn samtools(args: Vec<OsString>) -> Step {
     Step {
         argv,
         package: "samtools",
+        stdin: None,
     }
 }
 
@@ -111,6 +138,7 @@ pub fn picard(args: Vec<OsString>) -> Step {
     Step {
         argv,
         package: "picard-tools",
+        stdin: None,
     }
 }
 
@@ -120,6 +148,95 @@ fn sambamba(args: Vec<OsString>) -> Step {
     Step {
         argv,
         package: "sambamba",
+        stdin: None,
+    }
+}
+
+fn samblaster(args: Vec<OsString>) -> Step {
+    let mut argv: Vec<OsString> = vec!["samblaster".into()];
+    argv.extend(args);
+    Step {
+        argv,
+        package: "samblaster",
+        stdin: None,
+    }
+}
+
+/// bamsormadup reads SAM on standard input (it has no input file option)
+/// and writes the sorted, marked BAM to standard output.
+fn bamsormadup(dir: &Path, threads: usize, stdin: Option<&Path>) -> Step {
+    Step {
+        argv: vec![
+            "bamsormadup".into(),
+            "inputformat=sam".into(),
+            format!("threads={threads}").into(),
+            kv("tmpfile", &dir.join("tmp").join("bamsormadup")),
+            kv("M", &dir.join("markdup.metrics")),
+        ],
+        package: "biobambam2",
+        stdin: stdin.map(Path::to_path_buf),
+    }
+}
+
+/// `samtools sort` of `input` (a file, or `-`: standard input) into `out`.
+fn samtools_sort(input: OsString, out: &Path, tmp: &Path, threads: usize) -> Step {
+    samtools(vec![
+        "sort".into(),
+        "-@".into(),
+        threads.to_string().into(),
+        "-T".into(),
+        p(&tmp.join("sort")),
+        "-o".into(),
+        p(out),
+        input,
+    ])
+}
+
+/// The stages from bwa's SAM (`sam`) to `dir/markdup.bam` with files in
+/// `dir` between them, in the order the baseline runs them.
+pub fn baseline_files(b: Baseline, sam: &Path, dir: &Path, threads: usize) -> Vec<StagePlan> {
+    let out = dir.join("markdup.bam");
+    let sort_then_mark = |two: SortThenMark| {
+        vec![
+            sort_files(two, sam, dir, threads),
+            markdup_files(two, dir, threads),
+        ]
+    };
+    match b {
+        Baseline::Samtools => sort_then_mark(SortThenMark::Samtools),
+        Baseline::Picard => sort_then_mark(SortThenMark::Picard),
+        Baseline::Sambamba => sort_then_mark(SortThenMark::Sambamba),
+        Baseline::Samblaster => {
+            let marked = dir.join("marked.sam");
+            vec![
+                StagePlan {
+                    stage: "markdup",
+                    tool: b.name().into(),
+                    runs: vec![(
+                        vec![samblaster(vec![
+                            "-i".into(),
+                            p(sam),
+                            "-o".into(),
+                            p(&marked),
+                        ])],
+                        None,
+                    )],
+                },
+                StagePlan {
+                    stage: "sort",
+                    tool: "samtools".into(),
+                    runs: vec![(
+                        vec![samtools_sort(p(&marked), &out, &dir.join("tmp"), threads)],
+                        None,
+                    )],
+                },
+            ]
+        }
+        Baseline::Bamsormadup => vec![StagePlan {
+            stage: "sort-markdup",
+            tool: b.name().into(),
+            runs: vec![(vec![bamsormadup(dir, threads, Some(sam))], Some(out))],
+        }],
     }
 }
 
@@ -133,12 +250,30 @@ pub struct StagePlan {
 }
 
 /// Sort (from bwa's SAM, name-grouped) to a coordinate-sorted BAM, in `dir`.
-pub fn sort_files(b: Baseline, sam: &Path, dir: &Path, threads: usize) -> StagePlan {
+/// The baselines that sort, then mark duplicates of the sorted BAM.
+#[derive(Debug, Clone, Copy)]
+enum SortThenMark {
+    Samtools,
+    Picard,
+    Sambamba,
+}
+
+impl SortThenMark {
+    fn name(self) -> &'static str {
+        match self {
+            SortThenMark::Samtools => "samtools",
+            SortThenMark::Picard => "picard",
+            SortThenMark::Sambamba => "sambamba",
+        }
+    }
+}
+
+fn sort_files(b: SortThenMark, sam: &Path, dir: &Path, threads: usize) -> StagePlan {
     let t = threads.to_string();
     let tmp = dir.join("tmp");
     let sorted = dir.join("sorted.bam");
     let runs = match b {
-        Baseline::Samtools => {
+        SortThenMark::Samtools => {
             // markdup needs the mate tags fixmate -m adds, on name-grouped
             // input: bwa's output is, so fixmate runs before the sort.
             let fixed = dir.join("fixmate.bam");
@@ -169,7 +304,7 @@ pub fn sort_files(b: Baseline, sam: &Path, dir: &Path, threads: usize) -> StageP
                 ),
             ]
         }
-        Baseline::Picard => vec![(
+        SortThenMark::Picard => vec![(
             vec![picard(vec![
                 "SortSam".into(),
                 kv("I", sam),
@@ -181,7 +316,7 @@ pub fn sort_files(b: Baseline, sam: &Path, dir: &Path, threads: usize) -> StageP
             ])],
             None,
         )],
-        Baseline::Sambamba => {
+        SortThenMark::Sambamba => {
             // sambamba reads BAM only: the SAM→BAM conversion is its cost.
             let bam = dir.join("aligned.bam");
             vec![
@@ -223,12 +358,12 @@ pub fn sort_files(b: Baseline, sam: &Path, dir: &Path, threads: usize) -> StageP
 }
 
 /// Mark duplicates of `dir/sorted.bam` into `dir/markdup.bam`.
-pub fn markdup_files(b: Baseline, dir: &Path, threads: usize) -> StagePlan {
+fn markdup_files(b: SortThenMark, dir: &Path, threads: usize) -> StagePlan {
     let t = threads.to_string();
     let sorted = dir.join("sorted.bam");
     let out = dir.join("markdup.bam");
     let step = match b {
-        Baseline::Samtools => samtools(vec![
+        SortThenMark::Samtools => samtools(vec![
             "markdup".into(),
             "-@".into(),
             t.into(),
@@ -237,7 +372,7 @@ pub fn markdup_files(b: Baseline, dir: &Path, threads: usize) -> StagePlan {
             p(&sorted),
             p(&out),
         ]),
-        Baseline::Picard => picard(vec![
+        SortThenMark::Picard => picard(vec![
             "MarkDuplicates".into(),
             kv("I", &sorted),
             kv("O", &out),
@@ -246,7 +381,7 @@ pub fn markdup_files(b: Baseline, dir: &Path, threads: usize) -> StagePlan {
             "VERBOSITY=WARNING".into(),
             "QUIET=true".into(),
         ]),
-        Baseline::Sambamba => sambamba(vec![
+        SortThenMark::Sambamba => sambamba(vec![
             "markdup".into(),
             "-t".into(),
             t.into(),
@@ -263,10 +398,65 @@ pub fn markdup_files(b: Baseline, dir: &Path, threads: usize) -> StagePlan {
     }
 }
 
+/// The pipes placement's one chain, where its last stdout goes, and which
+/// steps make each stage: (stage, tool, first step, last step).
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub steps: Vec<Step>,
+    pub stdout: Option<PathBuf>,
+    pub parts: Vec<(&'static str, String, usize, usize)>,
+}
+
+/// bwa piped into the baseline's programs, the final BAM at
+/// `dir/markdup.bam` (temporary files in `dir/tmp`); a baseline that
+/// reads its input twice is refused.
+pub fn pipes_plan(b: Baseline, align: &Step, dir: &Path, threads: usize) -> Result<Pipeline> {
+    let out = dir.join("markdup.bam");
+    let tmp = dir.join("tmp");
+    let aligner = ("align", align.program(), 0, 0);
+    Ok(match b {
+        Baseline::Samtools => Pipeline {
+            steps: pipes_chain(align, &out, &tmp, threads),
+            stdout: None,
+            // fixmate belongs to sort.
+            parts: vec![
+                aligner,
+                ("sort", "samtools".into(), 1, 2),
+                ("markdup", "samtools".into(), 3, 3),
+            ],
+        },
+        // samblaster's SAM straight into the sort, which writes the BAM.
+        Baseline::Samblaster => Pipeline {
+            steps: vec![
+                align.clone(),
+                samblaster(Vec::new()),
+                samtools_sort("-".into(), &out, &tmp, threads),
+            ],
+            stdout: None,
+            parts: vec![
+                aligner,
+                ("markdup", "samblaster".into(), 1, 1),
+                ("sort", "samtools".into(), 2, 2),
+            ],
+        },
+        Baseline::Bamsormadup => Pipeline {
+            steps: vec![align.clone(), bamsormadup(dir, threads, None)],
+            stdout: Some(out),
+            parts: vec![aligner, ("sort-markdup", "bamsormadup".into(), 1, 1)],
+        },
+        Baseline::Picard | Baseline::Sambamba => {
+            return Err(AsamError::Invalid(format!(
+                "placement pipes runs samtools, samblaster or bamsormadup only ({} reads its input twice when marking duplicates, so a pipe cannot feed it)",
+                b.name()
+            )));
+        }
+    })
+}
+
 /// bwa | fixmate | sort | markdup, the final BAM at `out`. Uncompressed
 /// BAM between the programs: compressing data only to decompress it in the
 /// next process would be counted against pipes.
-pub fn pipes_chain(align: &Step, out: &Path, tmp: &Path, threads: usize) -> Vec<Step> {
+fn pipes_chain(align: &Step, out: &Path, tmp: &Path, threads: usize) -> Vec<Step> {
     let t = threads.to_string();
     vec![
         align.clone(),
@@ -381,7 +571,11 @@ mod tests {
 
     #[test]
     fn baselines_read_the_same_sam_and_write_the_same_bams() {
-        for b in [Baseline::Samtools, Baseline::Picard, Baseline::Sambamba] {
+        for b in [
+            SortThenMark::Samtools,
+            SortThenMark::Picard,
+            SortThenMark::Sambamba,
+        ] {
             let s = sort_files(b, Path::new("/w/aligned.sam"), Path::new("/w"), 2);
             let all: Vec<String> = s.runs.iter().flat_map(|r| r.0.iter().map(line)).collect();
             assert!(all[0].contains("/w/aligned.sam"), "{all:?}");
@@ -393,23 +587,63 @@ mod tests {
                 "{l}"
             );
         }
+        // samblaster marks bwa's SAM first, then samtools sorts it into the
+        // same final BAM; bamsormadup reads the SAM on stdin and writes it.
+        let sam = Path::new("/w/aligned.sam");
+        let sb = baseline_files(Baseline::Samblaster, sam, Path::new("/w"), 2);
+        let stages: Vec<&str> = sb.iter().map(|s| s.stage).collect();
+        assert_eq!(stages, ["markdup", "sort"]);
+        assert_eq!(
+            line(&sb[0].runs[0].0[0]),
+            "samblaster -i /w/aligned.sam -o /w/marked.sam"
+        );
+        assert!(line(&sb[1].runs[0].0[0]).ends_with("-o /w/markdup.bam /w/marked.sam"));
+        let bs = baseline_files(Baseline::Bamsormadup, sam, Path::new("/w"), 2);
+        assert_eq!(bs.len(), 1);
+        assert_eq!(bs[0].stage, "sort-markdup");
+        let (steps, out) = &bs[0].runs[0];
+        assert_eq!(steps[0].stdin.as_deref(), Some(sam));
+        assert_eq!(out.as_deref(), Some(Path::new("/w/markdup.bam")));
+        assert!(line(&steps[0]).starts_with("bamsormadup inputformat=sam threads=2"));
     }
 
     #[test]
     fn the_pipe_runs_samtools_after_bwa_and_writes_only_the_end() {
         let bwa = Step::new("bwa", ["bwa", "mem", "ref.fa", "r1.fq", "r2.fq"]);
-        let c = pipes_chain(&bwa, Path::new("/r/markdup.bam"), Path::new("/r/tmp"), 2);
-        let lines: Vec<String> = c.iter().map(line).collect();
+        let c = pipes_plan(Baseline::Samtools, &bwa, Path::new("/r"), 2).unwrap();
+        let lines: Vec<String> = c.steps.iter().map(line).collect();
         assert_eq!(lines[0], "bwa mem ref.fa r1.fq r2.fq");
         assert_eq!(lines[1], "samtools fixmate -m -u -@ 2 - -");
         assert!(lines[2].starts_with("samtools sort -u") && lines[2].ends_with(" -"));
         assert!(lines[3].ends_with("- /r/markdup.bam"), "{}", lines[3]);
+        assert!(c.stdout.is_none());
+
+        // bwa | samblaster | samtools sort; bwa | bamsormadup > the BAM.
+        let sb = pipes_plan(Baseline::Samblaster, &bwa, Path::new("/r"), 2).unwrap();
+        let lines: Vec<String> = sb.steps.iter().map(line).collect();
+        assert_eq!(lines[1], "samblaster");
+        assert!(lines[2].starts_with("samtools sort") && lines[2].ends_with("-o /r/markdup.bam -"));
+        let stages: Vec<&str> = sb.parts.iter().map(|p| p.0).collect();
+        assert_eq!(stages, ["align", "markdup", "sort"]);
+        let bs = pipes_plan(Baseline::Bamsormadup, &bwa, Path::new("/r"), 2).unwrap();
+        assert_eq!(bs.steps.len(), 2);
+        assert!(bs.steps[1].stdin.is_none());
+        assert_eq!(bs.stdout.as_deref(), Some(Path::new("/r/markdup.bam")));
+        for b in [Baseline::Picard, Baseline::Sambamba] {
+            let e = pipes_plan(b, &bwa, Path::new("/r"), 2)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("reads its input twice"), "{e}");
+        }
     }
 
     #[test]
     fn unknown_names_are_refused_with_the_known_ones() {
         let e = Placement::parse("nvram").unwrap_err().to_string();
-        assert!(e.contains("disk, ramdisk, pipes, arrowsam"), "{e}");
+        assert!(
+            e.contains("disk, ramdisk, pipes, arrowsam, arrowsam-fused"),
+            "{e}"
+        );
         assert!(Baseline::parse("gatk").is_err());
         assert!("deepvariant".parse::<Caller>().is_err());
     }

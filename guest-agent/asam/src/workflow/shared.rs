@@ -109,6 +109,35 @@ impl SharedDir {
     }
 }
 
+/// Fails unless every file of `names` holds the same in `a` and `b`:
+/// Arrow files (`.arrow`) batch for batch, the others as text. The error
+/// names the first file that differs, and where.
+pub fn same_files(a: &SharedDir, b: &SharedDir, names: &[&str]) -> Result<()> {
+    for name in names {
+        let differs = if name.ends_with(".arrow") {
+            let (x, y) = (a.get(name)?, b.get(name)?);
+            if x.len() != y.len() {
+                Some(format!("{} batches against {}", x.len(), y.len()))
+            } else {
+                x.iter()
+                    .zip(&y)
+                    .position(|(p, q)| p != q)
+                    .map(|i| format!("batch {i} differs"))
+            }
+        } else {
+            (a.get_text(name)? != b.get_text(name)?).then(|| "the text differs".to_string())
+        };
+        if let Some(why) = differs {
+            return Err(AsamError::Invalid(format!(
+                "{} and {}: {why}",
+                a.path(name).display(),
+                b.path(name).display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +165,46 @@ mod tests {
         // A planted symlink inside is not followed.
         std::os::unix::fs::symlink("/etc/passwd", d.path().join("planted")).unwrap();
         assert!(s.get_text("planted").is_err());
+    }
+
+    #[test]
+    fn stores_are_the_same_only_if_every_batch_and_text_is() {
+        use arrow::array::{ArrayRef, Int32Array, RecordBatch};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let parent = tempfile::tempdir().unwrap();
+        let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+            "flags",
+            DataType::Int32,
+            false,
+        )]));
+        let batch = |v: Vec<i32>| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![std::sync::Arc::new(Int32Array::from(v)) as ArrayRef],
+            )
+            .unwrap()
+        };
+        let store = |flags: Vec<Vec<i32>>, text: &str| {
+            let d = create(parent.path()).unwrap();
+            let s = SharedDir::open(d.path()).unwrap();
+            let batches: Vec<RecordBatch> = flags.into_iter().map(batch).collect();
+            s.put("flags.arrow", &schema, &batches).unwrap();
+            s.put_text("recal.txt", text).unwrap();
+            (d, s)
+        };
+        let names = ["flags.arrow", "recal.txt"];
+        let (_a, a) = store(vec![vec![99, 147], vec![1123]], "t");
+        let (_b, b) = store(vec![vec![99, 147], vec![1123]], "t");
+        same_files(&a, &b, &names).unwrap();
+        // One duplicate bit cleared in the second batch.
+        let (_c, c) = store(vec![vec![99, 147], vec![99]], "t");
+        let e = same_files(&a, &c, &names).unwrap_err().to_string();
+        assert!(
+            e.contains("flags.arrow") && e.contains("batch 1 differs"),
+            "{e}"
+        );
+        let (_d, d) = store(vec![vec![99, 147], vec![1123]], "u");
+        let e = same_files(&a, &d, &names).unwrap_err().to_string();
+        assert!(e.contains("recal.txt") && e.contains("text differs"), "{e}");
     }
 }

@@ -11,6 +11,14 @@
 //! | `apply-bqsr` | sorted + flags, recal.json         | quals.arrow (the new QUALs)  |
 //! | `write-bam`  | sorted + flags (+ quals)           | a BAM file                   |
 //! | `write-sam`  | aligned.arrow                      | a SAM file (for the checks)  |
+//! | `fused`      | aligned.arrow, header (reference, sites) | sorted, flags (recal.txt) |
+//!
+//! `fused` is the arrowsam-fused placement's one stage between align and
+//! apply-bqsr (the elPrep idea): sort, duplicate marking and, with
+//! `--reference`, BQSR's counting in one process over the batches in its
+//! memory, nothing stored or mapped between them. It leaves the same files
+//! sort, markdup and bqsr leave, so the stages after it are the staged
+//! pipeline's own, and the workflow checks its files equal theirs.
 //!
 //! Markdup and apply-bqsr store only the column they change: the next
 //! process puts it beside the mapped sorted columns without copying them.
@@ -71,6 +79,19 @@ pub enum StageCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// aligned.arrow → sorted.arrow, flags.arrow (and recal.txt with
+    /// --reference) in one process, in memory.
+    Fused {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Also count BQSR's table (the reference, bwa's FASTA).
+        #[arg(long)]
+        reference: Option<PathBuf>,
+        #[arg(long, requires = "reference")]
+        known_sites: Option<PathBuf>,
+    },
     #[command(flatten)]
     Bqsr(super::bqsr_stage::BqsrCommand),
 }
@@ -87,6 +108,17 @@ pub fn run(cmd: StageCommand) -> Result<()> {
             threads,
         } => write_bam(&SharedDir::open(&store)?, &out, recalibrated, threads),
         StageCommand::WriteSam { store, out } => write_sam(&SharedDir::open(&store)?, &out),
+        StageCommand::Fused {
+            store,
+            threads,
+            reference,
+            known_sites,
+        } => fused(
+            &SharedDir::open(&store)?,
+            threads,
+            reference.as_deref(),
+            known_sites.as_deref(),
+        ),
         StageCommand::Bqsr(c) => super::bqsr_stage::run(c),
     }
 }
@@ -129,16 +161,42 @@ fn flags_schema() -> SchemaRef {
 fn markdup(s: &SharedDir, threads: usize) -> Result<()> {
     let sorted = s.get(SORTED)?;
     let marked = crate::markdup::mark_duplicates(&sorted, &s.get_text(HEADER)?, threads)?;
+    s.put(FLAGS, &flags_schema(), &flags_batches(&marked.flags)?)
+}
+
+/// markdup's FLAG columns as the batches of flags.arrow.
+fn flags_batches(flags: &[Int32Array]) -> Result<Vec<RecordBatch>> {
     let schema = flags_schema();
-    let batches = marked
-        .flags
-        .into_iter()
+    flags
+        .iter()
         .map(|f| {
-            RecordBatch::try_new(schema.clone(), vec![Arc::new(f) as ArrayRef])
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(f.clone()) as ArrayRef])
                 .map_err(|e| AsamError::arrow("flags batch", e))
         })
-        .collect::<Result<Vec<_>>>()?;
-    s.put(FLAGS, &schema, &batches)
+        .collect()
+}
+
+/// Sort, markdup and (with a reference) BQSR's table in one process: each
+/// step reads the previous one's batches from memory. The store gets what
+/// the staged pipeline's stages put there, at the end.
+fn fused(
+    s: &SharedDir,
+    threads: usize,
+    reference: Option<&Path>,
+    known_sites: Option<&Path>,
+) -> Result<()> {
+    let sorted = crate::sort::sort_batches(&s.get(ALIGNED)?, threads)?;
+    let marked = crate::markdup::mark_duplicates(&sorted, &s.get_text(HEADER)?, threads)?;
+    if let Some(reference) = reference {
+        let with_flags: Vec<RecordBatch> = sorted
+            .iter()
+            .zip(&marked.flags)
+            .map(|(b, f)| with_flags(b, f.clone()))
+            .collect::<Result<_>>()?;
+        super::bqsr_stage::put_table(s, &with_flags, reference, known_sites, threads)?;
+    }
+    s.put(SORTED, &schema(), &sorted)?;
+    s.put(FLAGS, &flags_schema(), &flags_batches(&marked.flags)?)
 }
 
 /// The sorted records with markdup's flags in place (no copy of the
