@@ -29,8 +29,18 @@ use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AsamPreprocParams {
-    /// Size preset and label: tiny | small | medium | large.
+    /// Size preset and label: tiny | small | medium | large, or paper: the
+    /// user's own reads and reference (`reference`, `reads1`, `reads2`).
     pub dataset: String,
+    /// paper: the reference FASTA (absolute; indexed by bwa into the cache).
+    #[serde(default)]
+    pub reference: Option<String>,
+    /// paper: read 1 and read 2 FASTQ of one paired-end library (absolute;
+    /// may be gzipped).
+    #[serde(default)]
+    pub reads1: Option<String>,
+    #[serde(default)]
+    pub reads2: Option<String>,
     /// Overrides of the preset.
     #[serde(default)]
     pub chromosomes: Option<u32>,
@@ -66,6 +76,15 @@ pub struct AsamPreprocParams {
 
 /// The tools `bench-preproc --tools` knows.
 pub use testbed_lines::asam::TOOLS;
+
+/// The data set of the user's own files.
+pub const PAPER: &str = "paper";
+/// What `sizes` stands for with the user's files: nothing to generate.
+const PAPER_SIZES: Sizes = Sizes {
+    chromosomes: 1,
+    chromosome_length: 2000,
+    coverage: 1.0,
+};
 
 /// (name, chromosomes, chromosome length, coverage)
 pub const PRESETS: [(&str, u32, u64, f64); 4] = [
@@ -106,9 +125,43 @@ impl AsamPreprocParams {
         })
     }
 
+    /// The user's files of the `paper` data set, each required there and
+    /// refused elsewhere.
+    fn user_files(&self) -> Result<Option<[(&'static str, &str); 3]>, ParamError> {
+        let given = [
+            ("reference", self.reference.as_deref()),
+            ("reads1", self.reads1.as_deref()),
+            ("reads2", self.reads2.as_deref()),
+        ];
+        if self.dataset != PAPER {
+            if let Some((field, _)) = given.iter().find(|(_, v)| v.is_some()) {
+                return Err(ParamError::new(
+                    *field,
+                    format!("only the {PAPER:?} data set reads the user's files"),
+                ));
+            }
+            return Ok(None);
+        }
+        let mut files = [("", ""); 3];
+        for (slot, (field, value)) in files.iter_mut().zip(given) {
+            let v = value.ok_or_else(|| {
+                ParamError::new(
+                    field,
+                    format!("the {PAPER:?} data set needs the user's {field} (an absolute path)"),
+                )
+            })?;
+            if !v.starts_with('/') {
+                return Err(ParamError::new(field, "must be an absolute path"));
+            }
+            *slot = (field, v);
+        }
+        Ok(Some(files))
+    }
+
     pub fn validate(&self) -> Result<(), ParamError> {
-        let names: Vec<&str> = PRESETS.iter().map(|p| p.0).collect();
-        let s = self.sizes().ok_or_else(|| {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.0).chain([PAPER]).collect();
+        let user = self.user_files()?;
+        let s = self.sizes().or(user.map(|_| PAPER_SIZES)).ok_or_else(|| {
             ParamError::new(
                 "dataset",
                 format!(
@@ -177,11 +230,46 @@ pub fn run(p: &AsamPreprocParams, ctx: &JobContext) -> Result<Summary, WorkloadE
 /// `testbed-asam prepare` of the data set `p` names (cached in its data
 /// directory): the aligned SAM and its provenance.
 pub fn prepare_dataset(p: &AsamPreprocParams, bin: &Path) -> Result<Prepared, WorkloadError> {
+    let timeout = Duration::from_secs(p.timeout_seconds);
+    let user = p
+        .user_files()
+        .map_err(|e| WorkloadError::Other(e.to_string()))?;
+    let prepare_args: Vec<String> = match user {
+        // The user's reads and reference, checked, indexed and aligned by
+        // `prepare` (cached by their contents).
+        Some(files) => {
+            let mut a: Vec<String> = vec![
+                "prepare".into(),
+                "--dir".into(),
+                p.data_dir().display().to_string(),
+                "--size".into(),
+                PAPER.into(),
+                "--threads".into(),
+                p.threads.to_string(),
+            ];
+            for (field, path) in files {
+                a.push(format!("--{field}"));
+                a.push(path.to_string());
+            }
+            a
+        }
+        None => generated_args(p)?,
+    };
+    let prepared: Vec<Prepared> =
+        child::run_json(bin, &prepare_args, timeout, "testbed-asam prepare")?;
+    let dataset = prepared
+        .into_iter()
+        .next()
+        .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
+    Ok(dataset)
+}
+
+/// `prepare`'s arguments for a generated data set of `p`'s size.
+fn generated_args(p: &AsamPreprocParams) -> Result<Vec<String>, WorkloadError> {
     let sizes = p
         .sizes()
         .ok_or_else(|| WorkloadError::Other(format!("unknown data set {:?}", p.dataset)))?;
-    let timeout = Duration::from_secs(p.timeout_seconds);
-    let prepare_args: Vec<String> = vec![
+    Ok(vec![
         "prepare".into(),
         "--dir".into(),
         p.data_dir().display().to_string(),
@@ -199,14 +287,7 @@ pub fn prepare_dataset(p: &AsamPreprocParams, bin: &Path) -> Result<Prepared, Wo
         p.data_seed.to_string(),
         "--threads".into(),
         p.threads.to_string(),
-    ];
-    let prepared: Vec<Prepared> =
-        child::run_json(bin, &prepare_args, timeout, "testbed-asam prepare")?;
-    let dataset = prepared
-        .into_iter()
-        .next()
-        .ok_or_else(|| WorkloadError::Other("testbed-asam prepare printed nothing".into()))?;
-    Ok(dataset)
+    ])
 }
 
 pub fn run_with_binary(
@@ -563,6 +644,24 @@ mod tests {
     }
 
     #[test]
+    fn the_paper_data_set_takes_the_users_three_files_and_only_it_does() {
+        let field = |v: serde_json::Value| params(v).unwrap().validate().unwrap_err().field;
+        let files = serde_json::json!({"dataset": "paper", "reference": "/d/ref.fa",
+            "reads1": "/d/r1.fq.gz", "reads2": "/d/r2.fq.gz"});
+        params(files.clone()).unwrap().validate().unwrap();
+        let mut missing = files.clone();
+        missing.as_object_mut().unwrap().remove("reads2");
+        assert_eq!(field(missing), "reads2");
+        let mut relative = files.clone();
+        relative["reference"] = "ref.fa".into();
+        assert_eq!(field(relative), "reference");
+        assert_eq!(
+            field(serde_json::json!({"dataset": "tiny", "reads1": "/d/r1.fq"})),
+            "reads1"
+        );
+    }
+
+    #[test]
     fn stage_and_summary_lines_make_samples_and_the_summary() {
         let p = params(serde_json::json!({"dataset": "tiny", "tools": ["picard", "arrowsam"]}))
             .unwrap();
@@ -721,6 +820,55 @@ mod tests {
         assert!(store.iter().all(|(t, _, _)| t == "arrowsam"));
         assert_eq!(chunks.len(), 7 + 6 + 4);
         assert!(s["arrowsam.sort_peak_memory_bytes"].as_u64().unwrap() > 1 << 20);
+    }
+
+    #[test]
+    fn runs_the_paper_data_set_from_a_users_fastq_pair_and_reference() {
+        // A user's files: one read group's FASTQ pair of a small generated
+        // set and its reference, given by path like any user's.
+        let user = tempfile::tempdir().unwrap();
+        let made = child::run_json::<Prepared>(
+            &real_binary(),
+            &[
+                "prepare".into(),
+                "--dir".into(),
+                user.path().display().to_string(),
+                "--name".into(),
+                "tiny".into(),
+                "--chromosome-length".into(),
+                "20000".into(),
+                "--coverage".into(),
+                "3".into(),
+            ],
+            Duration::from_secs(300),
+            "prepare",
+        )
+        .unwrap()
+        .remove(0);
+        let rg = &made.read_groups[0];
+        let data = tempfile::tempdir().unwrap();
+        let p = params(serde_json::json!({
+            "dataset": "paper",
+            "reference": made.reference.display().to_string(),
+            "reads1": rg.reads1.display().to_string(),
+            "reads2": rg.reads2.display().to_string(),
+            "tools": ["samtools", "arrowsam"],
+            "data_dir": data.path().display().to_string(),
+        }))
+        .unwrap();
+        let ctx = JobContext {
+            job_id: 3,
+            seed: 5,
+            devices: BTreeMap::new(),
+            sink: std::sync::Arc::new(crate::workload::VecSink::default()),
+        };
+        let s = run_with_binary(&p, &ctx, &real_binary()).unwrap();
+        // Every pair of the user's files, aligned, and ArrowSAM's gates
+        // passed on them (against an untimed Picard run).
+        assert_eq!(s["dataset.pairs"], rg.pairs, "{s:?}");
+        assert_eq!(s["records"].as_u64(), Some(2 * rg.pairs), "{s:?}");
+        assert_eq!(s["arrowsam.gate_duplicates_records"], s["records"]);
+        assert!(s["samtools.differing_from_picard"].is_u64(), "{s:?}");
     }
 
     #[test]

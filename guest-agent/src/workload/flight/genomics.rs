@@ -105,6 +105,9 @@ impl FlightGenomicsParams {
     fn data(&self) -> AsamPreprocParams {
         AsamPreprocParams {
             dataset: self.dataset.clone(),
+            reference: None,
+            reads1: None,
+            reads2: None,
             chromosomes: None,
             chromosome_length: None,
             coverage: self.coverage,
