@@ -139,7 +139,17 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
             })?;
         }
     }
-    let combos = cartesian(&axes);
+    let combos: Vec<Combo<'_>> = cartesian(&axes)
+        .into_iter()
+        .filter(|c| !skipped(c, &spec.sweep_skip))
+        .collect();
+    if combos.is_empty() {
+        return Err(loaded.error_at(
+            "sweep_skip",
+            None,
+            "every combination of the sweep is skipped: no point is left",
+        ));
+    }
     let mut points = Vec::new();
     for (index, combo) in combos.iter().enumerate() {
         let mut table = spec.workload.clone();
@@ -506,6 +516,17 @@ fn cartesian<'a>(axes: &[(&'a String, &'a Vec<toml::Value>)]) -> Vec<Combo<'a>> 
     combos
 }
 
+/// Whether an entry of `[[sweep_skip]]` matches every axis it names.
+fn skipped(combo: &Combo<'_>, skip: &[BTreeMap<String, toml::Value>]) -> bool {
+    skip.iter().any(|entry| {
+        entry.iter().all(|(axis, value)| {
+            combo
+                .iter()
+                .any(|(a, v)| *a == axis && crate::spec::skip_values(value).contains(v))
+        })
+    })
+}
+
 /// splitmix64 over (seed, point, rep): independent, reproducible streams.
 pub fn point_seed(seed: u64, point: u64, rep: u64) -> u64 {
     let mut z =
@@ -563,6 +584,38 @@ block_size = [512, 4096]
             .is_ok()
         );
         assert!(planned(spec("executor = \"host\"", r#"["odbc-row"]"#)).is_ok());
+    }
+
+    #[test]
+    fn skipped_combinations_are_not_planned_and_a_bad_skip_names_its_line() {
+        let with = |skip: &str| format!("{SPEC}\n{skip}");
+        let planned = |text: String| plan(&crate::spec::parse(Path::new("t.toml"), &text)?);
+        // threads 2 and 4 at block size 512: 2 of the 6 combinations.
+        let p = planned(with("[[sweep_skip]]\nthreads = [2, 4]\nblock_size = 512\n")).unwrap();
+        assert_eq!(p.points.len(), 4 * 2);
+        assert!(p.points.iter().all(|pt| {
+            pt.params["threads"].as_integer() == Some(1)
+                || pt.params["block_size"].as_integer() == Some(4096)
+        }));
+        // Consecutive combination indices, each with its repetitions.
+        let ids: std::collections::BTreeSet<u32> = p.points.iter().map(|pt| pt.point).collect();
+        assert_eq!(ids, (0..4).collect());
+        // Two entries: either one skips.
+        let two = "[[sweep_skip]]\nthreads = 4\n\n[[sweep_skip]]\nblock_size = 512\nthreads = 1\n";
+        assert_eq!(planned(with(two)).unwrap().points.len(), 3 * 2);
+
+        let e = planned(with("[[sweep_skip]]\nthreds = 2\n")).unwrap_err();
+        assert!(e.to_string().contains("threds is not a sweep axis"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("sweep_skip[0].threds"), "{e:?}");
+        assert!(e.line.is_some(), "{e:?}");
+        let e = planned(with("[[sweep_skip]]\nthreads = 3\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("3 is not one of the sweep's threads values"),
+            "{e}"
+        );
+        let e = planned(with("[[sweep_skip]]\nthreads = [1, 2, 4]\n")).unwrap_err();
+        assert!(e.to_string().contains("no point is left"), "{e}");
     }
 
     #[test]

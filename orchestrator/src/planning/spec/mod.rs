@@ -56,6 +56,11 @@ pub struct Spec {
     pub workload: toml::Table,
     #[serde(default)]
     pub sweep: BTreeMap<String, Vec<toml::Value>>,
+    /// Combinations of the sweep not to run (`[[sweep_skip]]`): a
+    /// combination is skipped when, for every axis an entry names, its
+    /// value is the entry's value or one of its list.
+    #[serde(default)]
+    pub sweep_skip: Vec<BTreeMap<String, toml::Value>>,
     #[serde(default)]
     pub timeouts: Timeouts,
     /// What one point may cost the host (memory, CPU time).
@@ -219,7 +224,49 @@ fn check_sweep(loaded: &LoadedSpec) -> Result<(), SpecError> {
             return Err(loaded.error_at("sweep", Some(axis), "the workload kind cannot be swept"));
         }
     }
+    check_sweep_skip(loaded)
+}
+
+/// `[[sweep_skip]]`: each entry names sweep axes only, with values those
+/// axes have, so a typo cannot silently skip nothing.
+fn check_sweep_skip(loaded: &LoadedSpec) -> Result<(), SpecError> {
+    let spec = &loaded.spec;
+    for (i, entry) in spec.sweep_skip.iter().enumerate() {
+        let at = |key: Option<&str>, m: String| {
+            let mut path = vec![PathSeg::Key("sweep_skip"), PathSeg::Index(i)];
+            path.extend(key.map(PathSeg::Key));
+            loaded.error_at_path(&path, m)
+        };
+        if entry.is_empty() {
+            return Err(at(None, "an empty entry would skip every point".into()));
+        }
+        for (axis, value) in entry {
+            let Some(values) = spec.sweep.get(axis) else {
+                let axes: Vec<&str> = spec.sweep.keys().map(String::as_str).collect();
+                return Err(at(
+                    Some(axis),
+                    format!("{axis} is not a sweep axis (axes: {})", axes.join(", ")),
+                ));
+            };
+            for v in skip_values(value) {
+                if !values.contains(v) {
+                    return Err(at(
+                        Some(axis),
+                        format!("{v} is not one of the sweep's {axis} values"),
+                    ));
+                }
+            }
+        }
+    }
     Ok(())
+}
+
+/// A `[[sweep_skip]]` value: one value, or any of a list.
+pub fn skip_values(v: &toml::Value) -> &[toml::Value] {
+    match v {
+        toml::Value::Array(a) => a,
+        one => std::slice::from_ref(one),
+    }
 }
 #[cfg(test)]
 mod tests {
