@@ -96,10 +96,13 @@ fn every_placement_does_the_same_work_and_arrowsam_passes_its_gates() {
             ["align", "sort", "markdup", "call"],
             "{placement}"
         );
-        // Stages follow one another, each ending after it started.
+        // Stages follow one another, each ending after it started, and
+        // each has its processes' peak memory (bwa's index alone is MBs).
         for l in &lines {
             if let WorkflowLine::Stage(s) = l {
                 assert!(s.end >= s.start && s.seconds >= 0.0, "{s:?}");
+                assert!(s.peak_rss_bytes.is_some_and(|b| b > 1 << 20), "{s:?}");
+                assert!(s.store_bytes.is_none(), "{s:?}");
             }
         }
         let d = done(&lines);
@@ -123,6 +126,13 @@ fn every_placement_does_the_same_work_and_arrowsam_passes_its_gates() {
         stages(&lines),
         ["align", "sort", "markdup", "bqsr", "apply-bqsr", "call"]
     );
+    // ArrowSAM's stages report what their store holds beside their peak.
+    for l in &lines {
+        if let WorkflowLine::Stage(s) = l {
+            assert!(s.peak_rss_bytes.is_some_and(|b| b > 1 << 20), "{s:?}");
+            assert!(s.store_bytes.is_some_and(|b| b > 0), "{s:?}");
+        }
+    }
     let d = done(&lines);
     finals.push((d.records, d.duplicates));
     assert!(

@@ -45,6 +45,13 @@ pub struct StageLine {
     /// Seconds since the workflow started, at the stage's start and end.
     pub start: f64,
     pub end: f64,
+    /// The largest peak resident memory of the stage's processes (each
+    /// one's `wait4` ru_maxrss; perf and its program count as one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    /// ArrowSAM: what the shared store holds on tmpfs at the stage's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_bytes: Option<u64>,
 }
 
 /// CPU utilisation over one sampling interval, from /proc/stat: busy

@@ -269,6 +269,23 @@ fn record(
                     format!("{}.stage_seconds", st.stage),
                     serde_json::json!(st.seconds),
                 );
+                // The stage's largest process peak, plus what ArrowSAM's
+                // store holds on tmpfs then (an upper bound: the store
+                // pages a stage maps count in both).
+                if let Some(rss) = st.peak_rss_bytes {
+                    let memory = rss + st.store_bytes.unwrap_or(0);
+                    ctx.emit_samples(
+                        "stage_peak_memory_bytes",
+                        "B",
+                        i as u32,
+                        &t,
+                        &[memory as f64],
+                    );
+                    s.insert(
+                        format!("{}.peak_memory_bytes", st.stage),
+                        serde_json::json!(memory),
+                    );
+                }
             }
             WorkflowLine::Cpu(c) => {
                 // Tenths of a second: the sampling period at 10 Hz.
@@ -354,6 +371,7 @@ impl super::WorkloadParams for AsamWorkflowParams {
         use super::MetricInfo as M;
         vec![
             M::raw("stage_seconds", "s", &["stage", "placement", "tool"]),
+            M::raw("stage_peak_memory_bytes", "B", &["stage", "placement", "tool"]),
             M::raw("cpu_utilisation", "%", &["placement", "second", "cpu"]),
             M::raw(
                 "call_precision",
@@ -441,7 +459,7 @@ mod tests {
             sink: sink.clone(),
         };
         let text = [
-            r#"{"stage":{"stage":"sort","placement":"disk","tool":"samtools","seconds":1.5,"start":2.0,"end":3.5}}"#,
+            r#"{"stage":{"stage":"sort","placement":"disk","tool":"samtools","seconds":1.5,"start":2.0,"end":3.5,"peak_rss_bytes":3000,"store_bytes":500}}"#,
             r#"{"cpu":{"placement":"disk","second":0.1,"cpu":"all","utilisation":50.0}}"#,
             r#"{"cpu":{"placement":"disk","second":0.2,"cpu":"all","utilisation":70.0}}"#,
             r#"{"calls":{"placement":"disk","caller":"bcftools","bqsr":false,"class":"all","true_positives":9,"false_positives":1,"false_negatives":1,"precision":0.9,"recall":0.9,"f1":0.9}}"#,
@@ -465,6 +483,14 @@ mod tests {
         let stage = chunks.iter().find(|c| c.metric == "stage_seconds").unwrap();
         assert_eq!(stage.tags["placement"], "disk");
         assert_eq!(stage.values, vec![1.5]);
+        // Peak memory: the processes' peak plus the store's bytes.
+        let memory = chunks
+            .iter()
+            .find(|c| c.metric == "stage_peak_memory_bytes")
+            .unwrap();
+        assert_eq!((memory.unit.as_str(), memory.values[0]), ("B", 3500.0));
+        assert_eq!(memory.tags["stage"], "sort");
+        assert_eq!(s["sort.peak_memory_bytes"], 3500);
         let cpu: Vec<_> = chunks
             .iter()
             .filter(|c| c.metric == "cpu_utilisation")

@@ -59,6 +59,9 @@ impl Step {
 pub struct Timing {
     pub start: f64,
     pub ends: Vec<f64>,
+    /// Each step's peak resident memory (its `wait4` ru_maxrss, which
+    /// holds the largest of the processes it waited for).
+    pub peaks: Vec<u64>,
 }
 
 /// The last 64 KiB of a stream, read on a thread so no pipe fills up.
@@ -201,6 +204,10 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    let peaks = running
+        .iter()
+        .map(|(g, _)| g.usage().map_or(0, |u| u.max_rss_bytes))
+        .collect();
     for (_, stderr) in running {
         let _ = stderr.join();
     }
@@ -210,6 +217,7 @@ pub fn run(
     Ok(Timing {
         start,
         ends: ends.into_iter().flatten().collect(),
+        peaks,
     })
 }
 

@@ -244,17 +244,30 @@ impl Runner<'_> {
     /// Runs one stage (its chains one after another), perf-wrapped where
     /// counters are available; its stage and counters lines.
     fn stage(&self, plan: &StagePlan) -> Result<(StageLine, CountersLine)> {
+        self.stage_in(plan, None)
+    }
+
+    /// As [`Runner::stage`]; with ArrowSAM's `store`, what it holds at
+    /// the stage's end is reported beside the processes' peak.
+    fn stage_in(
+        &self,
+        plan: &StagePlan,
+        store: Option<&Path>,
+    ) -> Result<(StageLine, CountersLine)> {
         let start = self.now();
         let mut values = BTreeMap::new();
+        let mut peak = 0;
         for (i, (steps, out)) in plan.runs.iter().enumerate() {
             let (steps, files) = self.wrapped(plan.stage, i, steps);
-            chain::run(&steps, out.as_deref(), self.origin, self.o.timeout)?;
+            let t = chain::run(&steps, out.as_deref(), self.origin, self.o.timeout)?;
+            peak = t.peaks.iter().copied().fold(peak, u64::max);
             for f in files {
                 let text = std::fs::read_to_string(&f).map_err(|e| AsamError::io(&f, e))?;
                 counters::add(&mut values, counters::parse(&text));
             }
         }
         let end = self.now();
+        let store_bytes = store.map(crate::peak::dir_bytes).transpose()?;
         Ok((
             StageLine {
                 stage: plan.stage.into(),
@@ -263,6 +276,8 @@ impl Runner<'_> {
                 seconds: end - start,
                 start,
                 end,
+                peak_rss_bytes: Some(peak),
+                store_bytes,
             },
             self.counters_line(plan.stage, values),
         ))
@@ -502,6 +517,9 @@ impl Runner<'_> {
         let mut start = t.start;
         for (stage, tool, first, last) in parts_of {
             let end = t.ends[first..=last].iter().copied().fold(start, f64::max);
+            // The stage's processes ran beside the others of the pipe:
+            // its peak is the largest of its own.
+            let peak = t.peaks[first..=last].iter().copied().max();
             stages.push(StageLine {
                 stage: stage.into(),
                 placement: self.placement(),
@@ -509,6 +527,8 @@ impl Runner<'_> {
                 seconds: end - start,
                 start,
                 end,
+                peak_rss_bytes: peak,
+                store_bytes: None,
             });
             let mut values = BTreeMap::new();
             for c in counted.iter().skip(first).take(last - first + 1) {
@@ -546,27 +566,39 @@ impl Runner<'_> {
             tool: "arrowsam".into(),
             runs: vec![(vec![me(args)], None)],
         };
-        let mut parts = vec![self.stage(&StagePlan {
-            stage: "align",
-            tool: o.align.program(),
-            runs: vec![(vec![o.align.clone(), me(vec!["load".into()])], None)],
-        })?];
+        let mut parts = vec![self.stage_in(
+            &StagePlan {
+                stage: "align",
+                tool: o.align.program(),
+                runs: vec![(vec![o.align.clone(), me(vec!["load".into()])], None)],
+            },
+            Some(store.path()),
+        )?];
         if fused {
             let bqsr = if o.bqsr { self.bqsr_args() } else { Vec::new() };
-            parts.push(self.stage(&arrow("fused", [vec!["fused".into()], bqsr, t()].concat()))?);
+            parts.push(self.stage_in(
+                &arrow("fused", [vec!["fused".into()], bqsr, t()].concat()),
+                Some(store.path()),
+            )?);
         } else {
-            parts.push(self.stage(&arrow("sort", [vec!["sort".into()], t()].concat()))?);
-            parts.push(self.stage(&arrow("markdup", [vec!["markdup".into()], t()].concat()))?);
+            parts.push(self.stage_in(
+                &arrow("sort", [vec!["sort".into()], t()].concat()),
+                Some(store.path()),
+            )?);
+            parts.push(self.stage_in(
+                &arrow("markdup", [vec!["markdup".into()], t()].concat()),
+                Some(store.path()),
+            )?);
             if o.bqsr {
                 let args = [vec!["bqsr".into()], self.bqsr_args(), t()].concat();
-                parts.push(self.stage(&arrow("bqsr", args))?);
+                parts.push(self.stage_in(&arrow("bqsr", args), Some(store.path()))?);
             }
         }
         if o.bqsr {
-            parts.push(self.stage(&arrow(
-                "apply-bqsr",
-                [vec!["apply-bqsr".into()], t()].concat(),
-            ))?);
+            parts.push(self.stage_in(
+                &arrow("apply-bqsr", [vec!["apply-bqsr".into()], t()].concat()),
+                Some(store.path()),
+            )?);
         }
         let bam = dir.join("final.bam");
         let mut write: Vec<OsString> = vec!["write-bam".into(), "--out".into()];
@@ -576,11 +608,14 @@ impl Runner<'_> {
         }
         let mut runs = vec![(vec![me(write)], None)];
         runs.extend(plan::call_runs(&bam, &o.reference, &o.callers, o.threads));
-        parts.push(self.stage(&StagePlan {
-            stage: "call",
-            tool: format!("arrowsam+{}", callers_tool(&o.callers)),
-            runs,
-        })?);
+        parts.push(self.stage_in(
+            &StagePlan {
+                stage: "call",
+                tool: format!("arrowsam+{}", callers_tool(&o.callers)),
+                runs,
+            },
+            Some(store.path()),
+        )?);
         let (stages, counters) = self.collect(parts);
         Ok(Timed {
             stages,
