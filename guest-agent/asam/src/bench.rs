@@ -312,7 +312,7 @@ fn picard_sort(o: &BenchOptions, out: &Path) -> Result<Usage> {
         path_arg("TMP_DIR", &o.out_dir),
     ];
     a.extend(PICARD_COMMON.iter().map(|s| s.to_string()));
-    PICARD.run_measured(&a, Streams::default())
+    PICARD.run_usage(&a)
 }
 
 fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) -> Result<Usage> {
@@ -324,7 +324,7 @@ fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) ->
         path_arg("TMP_DIR", &o.out_dir),
     ];
     a.extend(PICARD_COMMON.iter().map(|s| s.to_string()));
-    PICARD.run_measured(&a, Streams::default())
+    PICARD.run_usage(&a)
 }
 
 /// Starts the JVM and Picard's command line, which print the version and
@@ -332,7 +332,7 @@ fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) ->
 /// exit). Only that exit counts as success; its peak memory is not known
 /// then and is left out (None).
 pub fn picard_jvm_startup() -> Result<Option<Usage>> {
-    match PICARD.run_measured(&["SortSam", "--version"], Streams::default()) {
+    match PICARD.run_usage(&["SortSam", "--version"]) {
         Ok(u) => Ok(Some(u)),
         Err(AsamError::Tool { stderr, .. }) if stderr.contains("Version:") => Ok(None),
         Err(e) => Err(e),
@@ -375,47 +375,38 @@ fn sambamba(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let t = o.threads.max(1).to_string();
     let tmp = format!("--tmpdir={}", o.out_dir.display());
     let conv = tool_stage(|| {
-        SAMBAMBA.run_measured(
-            &[
-                "view".into(),
-                "-S".into(),
-                "-f".into(),
-                "bam".into(),
-                "-t".into(),
-                t.clone(),
-                "-o".into(),
-                s(&input),
-                s(&o.sam),
-            ],
-            Streams::default(),
-        )
+        SAMBAMBA.run_usage(&[
+            "view".into(),
+            "-S".into(),
+            "-f".into(),
+            "bam".into(),
+            "-t".into(),
+            t.clone(),
+            "-o".into(),
+            s(&input),
+            s(&o.sam),
+        ])
     })?;
     let sort = tool_stage(|| {
-        SAMBAMBA.run_measured(
-            &[
-                "sort".into(),
-                "-t".into(),
-                t.clone(),
-                tmp.clone(),
-                "-o".into(),
-                s(&sorted),
-                s(&input),
-            ],
-            Streams::default(),
-        )
+        SAMBAMBA.run_usage(&[
+            "sort".into(),
+            "-t".into(),
+            t.clone(),
+            tmp.clone(),
+            "-o".into(),
+            s(&sorted),
+            s(&input),
+        ])
     })?;
     let md = tool_stage(|| {
-        SAMBAMBA.run_measured(
-            &[
-                "markdup".into(),
-                "-t".into(),
-                t.clone(),
-                tmp.clone(),
-                s(&sorted),
-                s(&marked),
-            ],
-            Streams::default(),
-        )
+        SAMBAMBA.run_usage(&[
+            "markdup".into(),
+            "-t".into(),
+            t.clone(),
+            tmp.clone(),
+            s(&sorted),
+            s(&marked),
+        ])
     })?;
     let (records, dups) = gates::count_records(&marked)?;
     Ok(vec![
@@ -427,19 +418,16 @@ fn sambamba(o: &BenchOptions) -> Result<Vec<StageResult>> {
 
 fn samtools_sort(o: &BenchOptions, input: &Path, out: &Path) -> Result<Usage> {
     let prefix = s(&o.out_dir.join("samtools.tmp"));
-    SAMTOOLS.run_measured(
-        &[
-            "sort".into(),
-            "-@".into(),
-            o.threads.max(1).to_string(),
-            "-T".into(),
-            prefix,
-            "-o".into(),
-            s(out),
-            s(input),
-        ],
-        Streams::default(),
-    )
+    SAMTOOLS.run_usage(&[
+        "sort".into(),
+        "-@".into(),
+        o.threads.max(1).to_string(),
+        "-T".into(),
+        prefix,
+        "-o".into(),
+        s(out),
+        s(input),
+    ])
 }
 
 /// samtools needs mate tags (fixmate -m, on name-grouped input such as
@@ -451,32 +439,26 @@ fn samtools(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let t = o.threads.max(1).to_string();
     let prefix = s(&o.out_dir.join("samtools.tmp"));
     let fix = tool_stage(|| {
-        SAMTOOLS.run_measured(
-            &[
-                "fixmate".into(),
-                "-m".into(),
-                "-@".into(),
-                t.clone(),
-                s(&o.sam),
-                s(&fixed),
-            ],
-            Streams::default(),
-        )
+        SAMTOOLS.run_usage(&[
+            "fixmate".into(),
+            "-m".into(),
+            "-@".into(),
+            t.clone(),
+            s(&o.sam),
+            s(&fixed),
+        ])
     })?;
     let sort = tool_stage(|| samtools_sort(o, &fixed, &sorted))?;
     let md = tool_stage(|| {
-        SAMTOOLS.run_measured(
-            &[
-                "markdup".into(),
-                "-@".into(),
-                t.clone(),
-                "-T".into(),
-                prefix.clone(),
-                s(&sorted),
-                s(&marked),
-            ],
-            Streams::default(),
-        )
+        SAMTOOLS.run_usage(&[
+            "markdup".into(),
+            "-@".into(),
+            t.clone(),
+            "-T".into(),
+            prefix.clone(),
+            s(&sorted),
+            s(&marked),
+        ])
     })?;
     let (records, dups) = gates::count_records(&marked)?;
     Ok(vec![
@@ -493,10 +475,7 @@ fn samblaster(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let marked_sam = o.out_dir.join("samblaster.marked.sam");
     let marked = o.out_dir.join("samblaster.md.bam");
     let md = tool_stage(|| {
-        SAMBLASTER.run_measured(
-            &["-i".into(), s(&o.sam), "-o".into(), s(&marked_sam)],
-            Streams::default(),
-        )
+        SAMBLASTER.run_usage(&["-i".into(), s(&o.sam), "-o".into(), s(&marked_sam)])
     })?;
     let sort = tool_stage(|| samtools_sort(o, &marked_sam, &marked))?;
     let (records, dups) = gates::count_records(&marked)?;

@@ -94,6 +94,11 @@ impl Program {
         self.run_in(args, streams).map(|(_, usage)| usage)
     }
 
+    /// As `run`, returning what the tool used instead of its output.
+    pub fn run_usage<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<Usage> {
+        self.run_measured(args, Streams::default())
+    }
+
     /// Runs the tool in its own process group (killed with us, and with
     /// everything it started once it exits: see testbed_proc::Group).
     fn run_in<S: AsRef<OsStr>>(&self, args: &[S], streams: Streams) -> Result<(Vec<u8>, Usage)> {

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{Int32Array, RecordBatch, StringArray};
-use testbed_asam::bench::{BenchOptions, bench, bench_with};
+use testbed_asam::bench::{BenchOptions, TOOLS, bench, bench_with};
 use testbed_asam::metrics::read_metrics;
 use testbed_asam::schema::{BatchLimits, Columns, TAGSS, flag, with_flags};
 
@@ -55,18 +55,8 @@ fn tool(program: &str, args: &[&str]) -> (bool, String) {
 #[ignore = "runs every peer tool, Picard included (~6 s); ./x test runs it"]
 fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picard_accepts() {
     let dir = private_dir();
-    let o = setup(
-        dir.path(),
-        &[
-            "picard",
-            "sambamba",
-            "samtools",
-            "samblaster",
-            "bamsormadup",
-            "arrowsam",
-        ],
-        1500,
-    );
+    // Every tool bench-preproc knows, in its order.
+    let o = setup(dir.path(), &TOOLS, 1500);
     let report = bench(&o).unwrap();
     let stages: Vec<(&str, &str)> = report
         .stages
@@ -165,14 +155,7 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
     let sb = &v.agreement[2];
     assert!(sb.differing_records > 0, "{sb:?}");
     // One output directory for every tool's result.
-    for t in [
-        "picard",
-        "sambamba",
-        "samtools",
-        "samblaster",
-        "bamsormadup",
-        "arrowsam",
-    ] {
+    for t in TOOLS {
         assert!(o.out_dir.join(format!("{t}.md.bam")).is_file(), "{t}");
     }
 
