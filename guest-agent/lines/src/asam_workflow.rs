@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// The data placements of the workflow figure.
 pub const PLACEMENTS: [&str; 5] = ["disk", "ramdisk", "pipes", "arrowsam", "arrowsam-fused"];
 
+/// The baselines that read their input once, so the pipes placement can
+/// feed them (picard and sambamba read it twice when marking duplicates).
+pub const PIPE_BASELINES: [&str; 3] = ["samtools", "samblaster", "bamsormadup"];
+
 /// The stages, in workflow order (x axis of asam-workflow).
 pub const STAGES: [&str; 8] = [
     "align",

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use testbed_lines::asam::Prepared;
-use testbed_lines::asam_workflow::{PLACEMENTS, WorkflowLine};
+use testbed_lines::asam_workflow::{PIPE_BASELINES, PLACEMENTS, WorkflowLine};
 
 use super::child;
 use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
@@ -111,7 +111,7 @@ impl AsamWorkflowParams {
         for c in &self.callers {
             one_of("callers", c, &CALLERS)?;
         }
-        if self.placement == "pipes" && matches!(self.baseline.as_str(), "picard" | "sambamba") {
+        if self.placement == "pipes" && !PIPE_BASELINES.contains(&self.baseline.as_str()) {
             return Err(ParamError::new(
                 "baseline",
                 format!(

@@ -394,19 +394,9 @@ impl Runner<'_> {
     ) -> Result<PathBuf> {
         let o = self.o;
         let me = |args: &[&str], out: &Path| {
-            let mut argv: Vec<OsString> = vec![o.self_exe.as_os_str().to_owned(), "stage".into()];
-            argv.extend(args.iter().map(OsString::from));
-            argv.extend([
-                "--store".into(),
-                store.as_os_str().to_owned(),
-                "--out".into(),
-            ]);
-            argv.push(out.as_os_str().to_owned());
-            Step {
-                argv,
-                package: "testbed-asam (this testbed)",
-                stdin: None,
-            }
+            let mut argv: Vec<OsString> = args.iter().map(OsString::from).collect();
+            argv.extend(["--out".into(), out.as_os_str().to_owned()]);
+            self.own_step(store, argv)
         };
         let sam = dir.join("aligned.sam");
         let ours = dir.join("arrowsam.markdup.bam");

@@ -105,7 +105,7 @@ impl Baseline {
 
     /// Whether it reads its input once, so a pipe can feed it.
     pub fn reads_once(self) -> bool {
-        !matches!(self, Baseline::Picard | Baseline::Sambamba)
+        testbed_lines::asam_workflow::PIPE_BASELINES.contains(&self.name())
     }
 }
 
