@@ -300,10 +300,21 @@ impl Session<'_> {
     }
 
     fn send(&mut self, msg: &HostMsg) -> Result<(), Fatal> {
-        self.channel.send(msg).map_err(|e| match (self.is_dead)() {
-            Some(reason) => Fatal::Died(reason),
-            None => Fatal::Protocol(e.to_string()),
-        })
+        self.channel
+            .send(msg)
+            .map_err(|e| self.died_or(Fatal::Protocol(e.to_string())))
+    }
+
+    /// After the channel is lost: QEMU's exit if it shows within a second
+    /// (so the reason is its status), else `otherwise`.
+    fn died_or(&mut self, otherwise: Fatal) -> Fatal {
+        for _ in 0..20 {
+            if let Some(reason) = (self.is_dead)() {
+                return Fatal::Died(reason);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        otherwise
     }
 
     /// The next message, enforcing the deadline (checked before every
@@ -331,19 +342,19 @@ impl Session<'_> {
                 Ok(Some(m)) => return Ok(Incoming::Msg(m)),
                 Ok(None) => {}
                 Err(ChannelError::BadMessage(e)) => return Ok(Incoming::Bad(e.to_string())),
-                Err(ChannelError::Closed) => {
-                    // Give QEMU a moment to exit so the reason is its status.
-                    for _ in 0..20 {
-                        if let Some(reason) = (self.is_dead)() {
-                            return Err(Fatal::Died(reason));
+                // A closed or reset channel most often means QEMU is going
+                // away: give it a moment to exit so the reason is its status.
+                Err(lost) => {
+                    let otherwise = match lost {
+                        ChannelError::Closed => Fatal::Died(format!(
+                            "agent channel closed while waiting for {waiting_for}"
+                        )),
+                        other => {
+                            Fatal::Protocol(format!("{other} while waiting for {waiting_for}"))
                         }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    return Err(Fatal::Died(format!(
-                        "agent channel closed while waiting for {waiting_for}"
-                    )));
+                    };
+                    return Err(self.died_or(otherwise));
                 }
-                Err(e) => return Err(Fatal::Protocol(e.to_string())),
             }
             if let Some(reason) = (self.is_dead)() {
                 return Err(Fatal::Died(reason));
@@ -723,6 +734,48 @@ mod tests {
         assert_eq!(record.ended, "stopped: could not store point p: disk full");
         assert_eq!(record.points, ["p0000-r00"]);
         assert_eq!((outcomes.len(), started), (1, 1));
+    }
+
+    /// A channel whose peer resets the connection, as QEMU's socket does
+    /// when QEMU is killed.
+    struct Reset;
+
+    impl std::io::Read for Reset {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::ConnectionReset.into())
+        }
+    }
+
+    #[test]
+    fn a_reset_channel_reports_qemus_exit_once_it_shows() {
+        let mut session = from_reader(std::io::BufReader::new(Reset));
+        // QEMU's exit shows only on the third look, after the reset.
+        let mut looks = 0;
+        session.is_dead = Box::new(move || {
+            looks += 1;
+            (looks >= 3).then(|| "QEMU exited (signal: 9 (SIGKILL))".to_string())
+        });
+        let got = session.next(
+            Instant::now() + Duration::from_secs(5),
+            Duration::from_secs(5),
+            "the job",
+        );
+        match got {
+            Err(Fatal::Died(reason)) => assert!(reason.starts_with("QEMU exited"), "{reason}"),
+            other => panic!("expected QEMU's exit, got {:?}", other.err()),
+        }
+
+        // A reset with QEMU still alive is a protocol error naming the wait.
+        let mut session = from_reader(std::io::BufReader::new(Reset));
+        let got = session.next(
+            Instant::now() + Duration::from_secs(5),
+            Duration::from_secs(5),
+            "the job",
+        );
+        match got {
+            Err(Fatal::Protocol(e)) => assert!(e.ends_with("while waiting for the job"), "{e}"),
+            other => panic!("expected a protocol error, got {:?}", other.err()),
+        }
     }
 
     #[test]
