@@ -5,6 +5,7 @@
 //!
 //! [`cli`] holds the `testbed asam ...` / `testbed-asam ...` commands.
 
+pub mod bam_in;
 pub mod bam_out;
 pub mod bench;
 pub mod bqsr;

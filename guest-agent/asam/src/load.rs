@@ -52,20 +52,80 @@ pub fn parse_sam(bytes: &[u8], path: &Path) -> Result<SamTable> {
 /// Reads SAM from `input` one line at a time; `path` names it in errors.
 /// The batches in reference order, unplaced last.
 pub fn read_sam(input: impl BufRead, path: &Path, limits: &BatchLimits) -> Result<SamTable> {
-    let mut by_reference: Vec<Vec<RecordBatch>> = Vec::new();
+    let mut slots = BySlot::default();
     let head = read_sam_into(input, path, limits, |slot, b| {
-        if by_reference.len() <= slot {
-            by_reference.resize(slot + 1, Vec::new());
-        }
-        by_reference[slot].push(b);
+        slots.push(slot, b);
         Ok(())
     })?;
-    // The unplaced slot is the highest: last.
-    Ok(SamTable {
-        header_text: head.header_text,
-        reference_names: head.reference_names,
-        batches: by_reference.into_iter().flatten().collect(),
-    })
+    Ok(slots.into_table(head))
+}
+
+/// Emitted batches kept by slot, so that the table lists them in
+/// reference order whatever order they were emitted in.
+#[derive(Default)]
+pub(crate) struct BySlot(Vec<Vec<RecordBatch>>);
+
+impl BySlot {
+    pub(crate) fn push(&mut self, slot: usize, b: RecordBatch) {
+        if self.0.len() <= slot {
+            self.0.resize(slot + 1, Vec::new());
+        }
+        self.0[slot].push(b);
+    }
+
+    /// The unplaced slot is the highest: its batches come last.
+    pub(crate) fn into_table(self, head: SamHead) -> SamTable {
+        SamTable {
+            header_text: head.header_text,
+            reference_names: head.reference_names,
+            batches: self.0.into_iter().flatten().collect(),
+        }
+    }
+}
+
+/// The batch being filled for each reference (the last slot: reads placed
+/// nowhere); a batch full by the limits is handed back to be emitted.
+pub(crate) struct Batcher<'l> {
+    builders: Vec<BatchBuilder>,
+    limits: &'l BatchLimits,
+    pub(crate) records: u64,
+}
+
+impl<'l> Batcher<'l> {
+    pub(crate) fn new(references: usize, limits: &'l BatchLimits) -> Self {
+        Batcher {
+            builders: (0..=references).map(|_| BatchBuilder::default()).collect(),
+            limits,
+            records: 0,
+        }
+    }
+
+    /// Appends `row` to its reference's batch; the batch it filled, if
+    /// any, with its slot.
+    pub(crate) fn push(&mut self, row: &Row<'_>) -> Option<(usize, BatchBuilder)> {
+        let unplaced = self.builders.len() - 1;
+        let slot = usize::try_from(row.rid).map_or(unplaced, |r| r.min(unplaced));
+        let b = &mut self.builders[slot];
+        let full = b
+            .is_full_for(row, self.limits)
+            .then(|| (slot, std::mem::take(b)));
+        self.builders[slot].push(row);
+        self.records += 1;
+        full
+    }
+
+    /// Emits every batch still being filled, in slot order.
+    pub(crate) fn finish(
+        self,
+        mut emit: impl FnMut(usize, RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        for (slot, last) in self.builders.into_iter().enumerate() {
+            if last.rows() > 0 {
+                emit(slot, last.finish()?)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What [`read_sam_into`] returns besides the batches it emitted.
@@ -125,10 +185,7 @@ pub fn read_sam_into(
         .keys()
         .map(|k| k.to_string())
         .collect();
-    let unplaced = reference_names.len();
-    // The batch being filled, per reference (the last slot: no reference).
-    let mut records = 0u64;
-    let mut builders: Vec<BatchBuilder> = (0..=unplaced).map(|_| BatchBuilder::default()).collect();
+    let mut batcher = Batcher::new(reference_names.len(), limits);
     let mut record = sam::Record::default();
     while pending {
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
@@ -144,16 +201,8 @@ pub fn read_sam_into(
                     )
                 })?;
             let mut full = None;
-            with_row(&record, &header, |row| {
-                let slot = usize::try_from(row.rid).unwrap_or(unplaced);
-                let b = &mut builders[slot];
-                if b.is_full_for(row, limits) {
-                    full = Some((slot, std::mem::take(b)));
-                }
-                builders[slot].push(row);
-            })
-            .map_err(|reason| bad(path, line_no, reason))?;
-            records += 1;
+            with_row(&record, &header, |row| full = batcher.push(row))
+                .map_err(|reason| bad(path, line_no, reason))?;
             if let Some((slot, b)) = full {
                 emit(slot, b.finish()?)?;
             }
@@ -165,11 +214,8 @@ pub fn read_sam_into(
         line_no += 1;
         pending = n > 0;
     }
-    for (slot, last) in builders.into_iter().enumerate() {
-        if last.rows() > 0 {
-            emit(slot, last.finish()?)?;
-        }
-    }
+    let records = batcher.records;
+    batcher.finish(emit)?;
     Ok(SamHead {
         header_text,
         reference_names,

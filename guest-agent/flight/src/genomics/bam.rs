@@ -1,21 +1,17 @@
 //! The BAM side of the comparison: one region's records written as BAM
 //! (BGZF, noodles' default level, `threads` compressing workers) to a
 //! socket, and read back on the receiver into ArrowSAM batches, the form
-//! the receiver's sort and duplicate marking take. ArrowSAM keeps SAM's
-//! text fields, so the decoder formats each BAM record as its SAM line
-//! (noodles) and the ArrowSAM loader reads the lines: the conversion any
-//! BAM-fed ArrowSAM receiver needs.
+//! the receiver's sort and duplicate marking take: each record's fields go
+//! straight to ArrowSAM's builders (`testbed_asam::bam_in`), not through a
+//! SAM line that is formatted and parsed again.
 
 use std::io::{Read, Write};
-use std::num::NonZero;
 use std::path::Path;
 
 use arrow::array::RecordBatch;
-use noodles::bam;
-use noodles::bgzf;
 use noodles::sam;
-use noodles::sam::alignment::io::Write as _;
-use testbed_asam::load::{SamTable, read_sam};
+use testbed_asam::bam_in::read_bam;
+use testbed_asam::load::SamTable;
 use testbed_asam::schema::BatchLimits;
 
 use super::partition::asam;
@@ -45,23 +41,16 @@ pub fn send<W: Write + Send + 'static>(
 }
 
 /// Reads one BAM stream to its end into ArrowSAM batches (header text,
-/// reference names and batches in reference order).
+/// reference names and batches in reference order): each record's fields
+/// straight into the batch builders, no SAM line in between.
 pub fn receive<R: Read + Send + 'static>(input: R, threads: usize) -> Result<SamTable> {
-    let workers = NonZero::new(threads.max(1)).unwrap_or(NonZero::<usize>::MIN);
-    let mut reader = bam::io::Reader::from(bgzf::io::MultithreadedReader::with_worker_count(
-        workers, input,
-    ));
-    let io = |what: &str, e: std::io::Error| FlightError::Other(format!("BAM stream: {what}: {e}"));
-    let header = reader.read_header().map_err(|e| io("header", e))?;
-    let mut text = sam::io::Writer::new(Vec::with_capacity(1 << 20));
-    text.write_header(&header).map_err(|e| io("header", e))?;
-    for (n, record) in reader.records().enumerate() {
-        let record = record.map_err(|e| io(&format!("record {n}"), e))?;
-        text.write_alignment_record(&header, &record)
-            .map_err(|e| io(&format!("record {n} as SAM"), e))?;
-    }
-    let text = text.into_inner();
-    read_sam(&text[..], Path::new("BAM stream"), &BatchLimits::default()).map_err(asam)
+    read_bam(
+        input,
+        Path::new("BAM stream"),
+        threads,
+        &BatchLimits::default(),
+    )
+    .map_err(asam)
 }
 
 #[cfg(test)]
