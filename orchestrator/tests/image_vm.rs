@@ -306,6 +306,11 @@ fn genomics_regions_move_between_two_vms_and_every_pipeline_agrees() {
                     .is_some_and(|l| l > 0.0),
                 "{pl}: {s}"
             );
+            // Both sides' CPU, the receiver's read across the link.
+            for side in ["sender", "receiver"] {
+                let cpu = s[format!("{pl}.{side}_cpu_s_per_gb")].as_f64();
+                assert!(cpu.is_some_and(|c| c > 0.0), "{pl} {side}: {s}");
+            }
         }
     }
     // Every region count moved the whole data set.

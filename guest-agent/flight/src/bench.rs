@@ -254,7 +254,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
 
 /// User and system CPU seconds of this whole process so far (every
 /// thread: the runtime's workers included).
-fn process_cpu() -> Option<(f64, f64)> {
+pub(crate) fn process_cpu() -> Option<(f64, f64)> {
     // SAFETY: getrusage writes into the zeroed struct it is given.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to a rusage.

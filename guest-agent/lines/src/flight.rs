@@ -95,12 +95,29 @@ pub struct GenomicsLine {
     pub pipeline: String,
     pub regions: u32,
     pub repetition: u32,
+    /// "sequential" (a region is sent once the last is processed) or
+    /// "overlapped" (once the last is received).
+    pub schedule: String,
     /// Sum over regions: from the sender's connect to the receiver
     /// holding the region's records as ArrowSAM batches (encode, transfer
     /// and decode included), on the sender's clock.
     pub communication_seconds: f64,
     /// Sum over regions of the receiver's sort + duplicate marking.
     pub processing_seconds: f64,
+    /// From the first region's connect to the last region's processing
+    /// reply, on the sender's clock: what overlapping saves shows here.
+    pub total_seconds: f64,
+    /// The sender process's user + system CPU seconds over the move
+    /// (every region, from before the first connect to the last reply).
+    #[serde(default)]
+    pub sender_cpu_s: Option<f64>,
+    /// The receiver process's over the same span: decoding and the
+    /// per-region sort and markdup (the same work in every pipeline).
+    #[serde(default)]
+    pub receiver_cpu_s: Option<f64>,
+    /// The records' size as SAM text, what CPU is charged per GiB of.
+    #[serde(default)]
+    pub payload_bytes: u64,
     /// Bytes the sender wrote to the connection (Flight: FlightData
     /// header and body; BAM: the BGZF stream).
     pub wire_bytes: u64,

@@ -57,6 +57,9 @@ pub struct SendArgs {
     pub threads: usize,
     #[arg(long, default_value_t = 10.0)]
     pub connect_timeout_secs: f64,
+    /// Send each region while the receiver processes the one before.
+    #[arg(long)]
+    pub overlap: bool,
     /// One JSON line per pipeline × repetition.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +112,7 @@ pub fn send(a: SendArgs) -> anyhow::Result<()> {
         pipelines: a.pipelines,
         threads: a.threads.max(1),
         timeout: Duration::from_secs_f64(a.connect_timeout_secs.max(0.001)),
+        overlap: a.overlap,
     };
     let rt = crate::cli::runtime(None)?;
     let table = testbed_asam::load::load_sam(&cfg.sam)
@@ -125,12 +129,14 @@ pub fn send(a: SendArgs) -> anyhow::Result<()> {
         } else {
             writeln!(
                 out,
-                "{:6} regions {:3} rep {}: communication {:.3} s, processing {:.3} s, {} bytes, {} records, {} duplicates",
+                "{:6} regions {:3} rep {} ({}): communication {:.3} s, processing {:.3} s, end to end {:.3} s, {} bytes, {} records, {} duplicates",
                 l.pipeline,
                 l.regions,
                 l.repetition,
+                l.schedule,
                 l.communication_seconds,
                 l.processing_seconds,
+                l.total_seconds,
                 l.wire_bytes,
                 l.records,
                 l.duplicates

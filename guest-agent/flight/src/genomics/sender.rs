@@ -8,6 +8,13 @@
 //! transport settings (`flight`) and with the tuned ones (`flight-tuned`),
 //! the BAM socket with the kernel's (which autotunes its buffers). A run
 //! fails unless every pipeline's output checksum is equal.
+//!
+//! Regions move one after another. By default the next region is sent
+//! once the receiver has processed the last (`sequential`); with `overlap`
+//! it is sent as soon as the last is received, so its transfer runs while
+//! the receiver sorts and marks the last (`overlapped`), for every
+//! pipeline alike. The end-to-end time of all regions is measured both
+//! ways.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -26,7 +33,7 @@ use testbed_lines::flight::GenomicsLine;
 use super::bam;
 use super::partition::{Genome, partition};
 use super::process::{Fnv, Processed, process};
-use super::receiver::{RegionCommand, Reply};
+use super::receiver::{CPU_ACTION, CpuReply, RegionCommand, Reply};
 use crate::addr::Addr;
 use crate::error::{FlightError, Result};
 use crate::settings::TransportSettings;
@@ -66,6 +73,8 @@ pub struct SendConfig {
     /// BGZF workers of the BAM writer.
     pub threads: usize,
     pub timeout: Duration,
+    /// Send region i+1 while the receiver processes region i.
+    pub overlap: bool,
 }
 
 /// flight-bulk's tuned transport settings, without its malloc tuning:
@@ -77,11 +86,47 @@ pub fn tuned() -> TransportSettings {
     }
 }
 
+/// A region the receiver holds, whose processing is still to be heard.
+struct Sent {
+    region: u32,
+    communication: f64,
+    wire_bytes: u64,
+    replies: Replies,
+}
+
+/// Where a region's second reply (processed) will come from.
+enum Replies {
+    Flight(futures::stream::BoxStream<'static, Result<Reply>>),
+    Bam(BufReader<TcpStream>),
+}
+
 /// What one region's move cost.
 struct Moved {
     communication: f64,
     wire_bytes: u64,
     processed: Processed,
+}
+
+impl Sent {
+    /// Waits for the receiver's processing of the region.
+    fn finish(self, rt: &tokio::runtime::Runtime) -> Result<Moved> {
+        let reply = match self.replies {
+            Replies::Flight(mut stream) => rt.block_on(async {
+                stream.next().await.unwrap_or_else(|| {
+                    Err(FlightError::Other(format!(
+                        "region {}: the receiver closed",
+                        self.region
+                    )))
+                })
+            })?,
+            Replies::Bam(mut reader) => bam_reply(&mut reader)?,
+        };
+        Ok(Moved {
+            communication: self.communication,
+            wire_bytes: self.wire_bytes,
+            processed: expect_processed(reply, self.region)?,
+        })
+    }
 }
 
 /// Every pipeline × repetition, each a [`GenomicsLine`]; fails if their
@@ -98,6 +143,11 @@ pub fn run(
     }
     let genome = Genome::from_header(&table.header_text)?;
     let parts = partition(&table.batches, &genome, cfg.regions)?;
+    // CPU is charged per byte of the records as SAM text: the same
+    // denominator for every pipeline, whatever each puts on the wire.
+    let payload_bytes = std::fs::metadata(&cfg.sam)
+        .map_err(|e| FlightError::Other(format!("{}: {e}", cfg.sam.display())))?
+        .len();
     let mut lines = Vec::new();
     for rep in 0..cfg.repetitions {
         // Alternate the order so neither pipeline always runs first.
@@ -110,8 +160,13 @@ pub fn run(
                 pipeline: p.as_str().into(),
                 regions: cfg.regions,
                 repetition: rep,
+                schedule: schedule(cfg.overlap).into(),
                 communication_seconds: 0.0,
                 processing_seconds: 0.0,
+                total_seconds: 0.0,
+                sender_cpu_s: None,
+                receiver_cpu_s: None,
+                payload_bytes,
                 wire_bytes: 0,
                 records: 0,
                 duplicates: 0,
@@ -119,11 +174,28 @@ pub fn run(
                 checksum: String::new(),
             };
             let mut sum = Fnv::default();
+            let mut add = |moved: Moved| {
+                line.communication_seconds += moved.communication;
+                line.processing_seconds += moved.processed.seconds;
+                line.wire_bytes += moved.wire_bytes;
+                line.records += moved.processed.records;
+                line.duplicates += moved.processed.duplicates;
+                sum.write(&moved.processed.checksum.to_le_bytes());
+            };
+            // Both sides' CPU over the whole move, read outside its timer.
+            let cpu0 = (
+                cpu_s(crate::bench::process_cpu()),
+                rt.block_on(receiver_cpu(cfg)),
+            );
+            let t0 = Instant::now();
+            // Overlapped: the region whose processing is heard after the
+            // next region is sent.
+            let mut pending: Option<Sent> = None;
             for (r, batches) in parts.iter().enumerate() {
                 if batches.is_empty() {
                     continue;
                 }
-                let moved = match p {
+                let sent = match p {
                     Pipeline::Flight => rt.block_on(flight_region(
                         cfg,
                         &cfg.flight,
@@ -148,13 +220,28 @@ pub fn run(
                         batches,
                     )?,
                 };
-                line.communication_seconds += moved.communication;
-                line.processing_seconds += moved.processed.seconds;
-                line.wire_bytes += moved.wire_bytes;
-                line.records += moved.processed.records;
-                line.duplicates += moved.processed.duplicates;
-                sum.write(&moved.processed.checksum.to_le_bytes());
+                if let Some(last) = pending.take() {
+                    add(last.finish(rt)?);
+                }
+                if cfg.overlap {
+                    pending = Some(sent);
+                } else {
+                    add(sent.finish(rt)?);
+                }
             }
+            if let Some(last) = pending.take() {
+                add(last.finish(rt)?);
+            }
+            line.total_seconds = t0.elapsed().as_secs_f64();
+            let cpu1 = (
+                cpu_s(crate::bench::process_cpu()),
+                rt.block_on(receiver_cpu(cfg)),
+            );
+            line.sender_cpu_s = cpu1.0.zip(cpu0.0).map(|(b, a)| b - a);
+            line.receiver_cpu_s = match (cpu1.1, cpu0.1) {
+                (Ok(b), Ok(a)) => Some(b - a),
+                _ => None,
+            };
             line.checksum = format!("{:016x}", sum.0);
             lines.push(line);
         }
@@ -186,6 +273,41 @@ pub fn run(
     Ok(lines)
 }
 
+fn cpu_s(user_system: Option<(f64, f64)>) -> Option<f64> {
+    user_system.map(|(u, s)| u + s)
+}
+
+/// The receiver process's CPU seconds so far (its `cpu` action on the
+/// default Flight listener; the BAM listener is the same process).
+async fn receiver_cpu(cfg: &SendConfig) -> Result<f64> {
+    let addr: Addr = cfg.flight.parse()?;
+    let channel = crate::transport::connect(
+        &addr,
+        None,
+        &TransportSettings::library_defaults(),
+        cfg.timeout,
+    )
+    .await?;
+    let mut client = FlightClient::new(channel);
+    let err = |e: String| FlightError::Other(format!("the receiver's CPU at {addr}: {e}"));
+    let mut replies = client
+        .do_action(arrow_flight::Action::new(CPU_ACTION, ""))
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let body = replies
+        .next()
+        .await
+        .ok_or_else(|| err("no reply".into()))?
+        .map_err(|e| err(e.to_string()))?;
+    let reply: CpuReply = serde_json::from_slice(&body).map_err(|e| err(e.to_string()))?;
+    Ok(reply.cpu_s)
+}
+
+/// The name of a schedule, as lines and tags carry it.
+pub fn schedule(overlap: bool) -> &'static str {
+    if overlap { "overlapped" } else { "sequential" }
+}
+
 /// Duplicates marked over the whole data set at once (not per region): what
 /// region boundaries cost the per-region marking, for the summary.
 pub fn unpartitioned_duplicates(cfg: &SendConfig, table: &SamTable) -> Result<u64> {
@@ -205,7 +327,7 @@ async fn flight_region(
     region: u32,
     header_text: &str,
     batches: Vec<RecordBatch>,
-) -> Result<Moved> {
+) -> Result<Sent> {
     let addr: Addr = addr.parse()?;
     let cmd = RegionCommand {
         region,
@@ -224,26 +346,30 @@ async fn flight_region(
             let n = d.data_header.len() + d.data_body.len() + d.app_metadata.len();
             counted.fetch_add(n as u64, Ordering::Relaxed);
         });
-    let flight_err = |e: arrow_flight::error::FlightError| {
-        FlightError::Other(format!("DoPut of region {region} to {addr}: {e}"))
-    };
-    let mut replies = client.do_put(data).await.map_err(flight_err)?;
-    let mut next = async || -> Result<Reply> {
-        let r = replies
-            .next()
-            .await
-            .ok_or_else(|| FlightError::Other(format!("region {region}: the receiver closed")))?
-            .map_err(flight_err)?;
-        serde_json::from_slice(&r.app_metadata)
-            .map_err(|e| FlightError::Other(format!("region {region}: reply: {e}")))
-    };
-    expect_received(next().await?, region)?;
-    let communication = t0.elapsed().as_secs_f64();
-    let processed = expect_processed(next().await?, region)?;
-    Ok(Moved {
-        communication,
+    let to = format!("DoPut of region {region} to {addr}");
+    let flight_err =
+        move |e: arrow_flight::error::FlightError| FlightError::Other(format!("{to}: {e}"));
+    let mut replies = client
+        .do_put(data)
+        .await
+        .map_err(flight_err.clone())?
+        .map(move |r| {
+            let r = r.map_err(&flight_err)?;
+            serde_json::from_slice::<Reply>(&r.app_metadata)
+                .map_err(|e| FlightError::Other(format!("region {region}: reply: {e}")))
+        })
+        .boxed();
+    let first = replies.next().await.unwrap_or_else(|| {
+        Err(FlightError::Other(format!(
+            "region {region}: the receiver closed"
+        )))
+    })?;
+    expect_received(first, region)?;
+    Ok(Sent {
+        region,
+        communication: t0.elapsed().as_secs_f64(),
         wire_bytes: sent.load(Ordering::Relaxed),
-        processed,
+        replies: Replies::Flight(replies),
     })
 }
 
@@ -253,7 +379,7 @@ fn bam_region(
     header_text: &str,
     reference_names: &[String],
     batches: &[RecordBatch],
-) -> Result<Moved> {
+) -> Result<Sent> {
     let addr: SocketAddr = cfg
         .bam
         .parse()
@@ -275,20 +401,23 @@ fn bam_region(
     conn.shutdown(Shutdown::Write)
         .map_err(|e| io("shutdown", e))?;
     let mut replies = BufReader::new(conn);
-    let mut next = || -> Result<Reply> {
-        let mut line = String::new();
-        replies.read_line(&mut line).map_err(|e| io("reply", e))?;
-        serde_json::from_str(&line)
-            .map_err(|e| FlightError::Other(format!("BAM receiver reply {line:?}: {e}")))
-    };
-    expect_received(next()?, region)?;
-    let communication = t0.elapsed().as_secs_f64();
-    let processed = expect_processed(next()?, region)?;
-    Ok(Moved {
-        communication,
+    expect_received(bam_reply(&mut replies)?, region)?;
+    Ok(Sent {
+        region,
+        communication: t0.elapsed().as_secs_f64(),
         wire_bytes: sent.load(Ordering::Relaxed),
-        processed,
+        replies: Replies::Bam(replies),
     })
+}
+
+/// The BAM receiver's next reply line.
+fn bam_reply(replies: &mut BufReader<TcpStream>) -> Result<Reply> {
+    let mut line = String::new();
+    replies
+        .read_line(&mut line)
+        .map_err(|e| FlightError::Other(format!("BAM receiver reply: {e}")))?;
+    serde_json::from_str(&line)
+        .map_err(|e| FlightError::Other(format!("BAM receiver reply {line:?}: {e}")))
 }
 
 fn expect_received(r: Reply, region: u32) -> Result<()> {

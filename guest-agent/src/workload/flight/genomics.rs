@@ -52,6 +52,11 @@ pub struct FlightGenomicsParams {
     /// Moves per pipeline within the job, the order alternating.
     #[serde(default = "defaults::one_u32")]
     pub repetitions: u32,
+    /// client/local: send each region while the receiver processes the one
+    /// before (every pipeline alike); samples are tagged `schedule`
+    /// "overlapped", else "sequential".
+    #[serde(default)]
+    pub overlap: bool,
     /// Receiver's sort/markdup workers, sender's BGZF workers, bwa's threads.
     #[serde(default = "default_threads")]
     pub threads: u32,
@@ -134,6 +139,12 @@ impl FlightGenomicsParams {
         crate::workload::known_names("pipelines", "pipeline", &self.pipelines, &PIPELINES)?;
         if self.repetitions == 0 {
             return Err(ParamError::new("repetitions", "must be at least 1"));
+        }
+        if self.overlap && self.role == Role::Server {
+            return Err(ParamError::new(
+                "overlap",
+                "the sender schedules regions: set it on the client",
+            ));
         }
         if self.measure_link && self.role == Role::Local {
             return Err(ParamError::new(
@@ -314,6 +325,10 @@ fn send(
         "--threads".into(),
         p.threads.to_string(),
     ];
+    let mut args = args;
+    if p.overlap {
+        args.push("--overlap".into());
+    }
     run_client(bin, &args, timeout)
 }
 
@@ -338,12 +353,18 @@ fn record(
                 p.repetitions
             )));
         }
+        let first = mine[0];
+        let put = |s: &mut Summary, k: &str, v: serde_json::Value| {
+            s.insert(format!("{pipeline}.{k}"), v);
+        };
         let tags = BTreeMap::from([
             ("pipeline".to_string(), pipeline.clone()),
             ("regions".to_string(), p.regions.to_string()),
+            ("schedule".to_string(), mine[0].schedule.clone()),
         ]);
         let comm: Vec<f64> = mine.iter().map(|l| l.communication_seconds).collect();
         let proc_: Vec<f64> = mine.iter().map(|l| l.processing_seconds).collect();
+        let total: Vec<f64> = mine.iter().map(|l| l.total_seconds).collect();
         let share: Vec<f64> = mine
             .iter()
             .map(|l| l.communication_seconds / (l.communication_seconds + l.processing_seconds))
@@ -351,13 +372,27 @@ fn record(
         ctx.emit_samples("communication_seconds", "s", i as u32, &tags, &comm);
         ctx.emit_samples("processing_seconds", "s", i as u32, &tags, &proc_);
         ctx.emit_samples("communication_share", "", i as u32, &tags, &share);
-        let first = mine[0];
-        let put = |s: &mut Summary, k: &str, v: serde_json::Value| {
-            s.insert(format!("{pipeline}.{k}"), v);
-        };
+        ctx.emit_samples("total_seconds", "s", i as u32, &tags, &total);
+        // CPU per GiB of the records (as SAM text), each side on its own
+        // tag; a repetition whose CPU could not be read has no sample.
+        for side in ["sender", "receiver"] {
+            let per_gb: Vec<f64> = mine
+                .iter()
+                .filter_map(|l| cpu_s_per_gb(l, side))
+                .collect();
+            if per_gb.is_empty() {
+                continue;
+            }
+            let mut tags = tags.clone();
+            tags.insert("side".into(), side.into());
+            ctx.emit_samples("cpu_s_per_gb", "s/GiB", i as u32, &tags, &per_gb);
+            put(&mut s, &format!("{side}_cpu_s_per_gb"), serde_json::json!(median(per_gb)));
+        }
+
         put(&mut s, "communication_seconds", serde_json::json!(median(comm)));
         put(&mut s, "processing_seconds", serde_json::json!(median(proc_)));
         put(&mut s, "communication_share", serde_json::json!(median(share)));
+        put(&mut s, "total_seconds", serde_json::json!(median(total)));
         put(&mut s, "wire_bytes", serde_json::json!(first.wire_bytes));
         put(&mut s, "checksum", serde_json::json!(first.checksum));
         s.insert("records".into(), serde_json::json!(first.records));
@@ -371,6 +406,16 @@ fn record(
     s.insert("checksums_match".into(), serde_json::json!(true));
     s.insert("regions".into(), serde_json::json!(p.regions));
     Ok(s)
+}
+
+/// One side's CPU seconds per GiB of the records moved, if it was read.
+fn cpu_s_per_gb(l: &GenomicsLine, side: &str) -> Option<f64> {
+    let cpu = match side {
+        "sender" => l.sender_cpu_s,
+        _ => l.receiver_cpu_s,
+    }?;
+    let gib = l.payload_bytes as f64 / f64::from(1u32 << 30);
+    (gib > 0.0).then(|| cpu / gib)
 }
 
 /// `<pipeline>.link_share`: the bytes a pipeline put on the wire over its
@@ -426,6 +471,11 @@ impl crate::workload::WorkloadParams for FlightGenomicsParams {
             M::raw("communication_seconds", "s", &["pipeline"]),
             M::raw("processing_seconds", "s", &["pipeline"]),
             M::raw("communication_share", "", &["pipeline"]),
+            M::raw("total_seconds", "s", &["pipeline", "schedule"]),
+            M::raw("cpu_s_per_gb", "s/GiB", &["pipeline", "side"]),
+            M::summary("sender_cpu_s_per_gb", "s/GiB", &["pipeline"]),
+            M::summary("receiver_cpu_s_per_gb", "s/GiB", &["pipeline"]),
+            M::summary("total_seconds", "s", &["pipeline"]),
             M::summary("communication_seconds", "s", &["pipeline"]),
             M::summary("processing_seconds", "s", &["pipeline"]),
             M::summary("communication_share", "", &["pipeline"]),
@@ -475,6 +525,10 @@ mod tests {
         assert_eq!(field(serde_json::json!({"pipelines": ["spark"]})), "pipelines");
         assert_eq!(field(serde_json::json!({"role": "client"})), "address");
         assert_eq!(field(serde_json::json!({"measure_link": true})), "measure_link");
+        assert_eq!(
+            field(serde_json::json!({"overlap": true, "role": "server", "address": "0.0.0.0:1"})),
+            "overlap"
+        );
         assert_eq!(field(serde_json::json!({"dataset": "huge"})), "dataset");
     }
 
@@ -504,6 +558,12 @@ mod tests {
         assert!(records > 1000, "{s:?}");
         assert!(s["duplicates"].as_u64().unwrap() > 0, "{s:?}");
         for pl in PIPELINES {
+            for side in ["sender", "receiver"] {
+                let cpu = s[&format!("{pl}.{side}_cpu_s_per_gb")].as_f64().unwrap();
+                assert!(cpu > 0.0, "{pl} {side}: {cpu}");
+            }
+        }
+        for pl in PIPELINES {
             let share = s[&format!("{pl}.communication_share")].as_f64().unwrap();
             assert!(share > 0.0 && share < 1.0, "{pl}: {share}");
             assert!(s[&format!("{pl}.wire_bytes")].as_u64().unwrap() > 0);
@@ -517,9 +577,29 @@ mod tests {
         assert_eq!(s["flight.wire_bytes"], s["flight-tuned.wire_bytes"]);
         assert_eq!(s["flight.checksum"], s["flight-tuned.checksum"]);
         let chunks = sink.0.lock().unwrap();
-        assert_eq!(chunks.len(), 9);
+        // Four metrics and two sides' CPU per pipeline.
+        assert_eq!(chunks.len(), 18);
         assert!(chunks.iter().all(|c| c.values.len() == 2
             && c.tags["regions"] == "3"
+            && c.tags["schedule"] == "sequential"
             && PIPELINES.contains(&c.tags["pipeline"].as_str())));
+        drop(chunks);
+        let sequential = s;
+
+        // Overlapped: the same records and output, every pipeline's end to
+        // end time measured.
+        let mut p = p;
+        p.overlap = true;
+        let sink = Arc::new(VecSink::default());
+        let ctx = JobContext { sink: sink.clone(), ..ctx };
+        let s = run_with_binaries(&p, &ctx, &super::super::real_binary(), Some(&asam)).unwrap();
+        for pl in PIPELINES {
+            assert_eq!(s[&format!("{pl}.checksum")], sequential["flight.checksum"], "{pl}");
+            let total = s[&format!("{pl}.total_seconds")].as_f64().unwrap();
+            assert!(total > 0.0, "{pl}: {total}");
+        }
+        let chunks = sink.0.lock().unwrap();
+        assert!(chunks.iter().all(|c| c.tags["schedule"] == "overlapped"));
+        assert_eq!(chunks.iter().filter(|c| c.metric == "total_seconds").count(), 3);
     }
 }
