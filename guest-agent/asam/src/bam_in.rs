@@ -15,7 +15,7 @@ use noodles::sam;
 use noodles::sam::alignment::record::data::field::Value;
 use noodles::sam::alignment::record::data::field::value::Array;
 
-use crate::load::{Batcher, BySlot, SamHead, SamTable};
+use crate::load::{Batcher, BySlot, SamHead, SamTable, reference_names};
 use crate::schema::{BatchLimits, Row};
 use crate::{AsamError, Result};
 
@@ -42,11 +42,7 @@ pub fn read_bam(
         .map_err(|e| AsamError::io(what, with_context("header as SAM", e)))?;
     let header_text = String::from_utf8(header_text.into_inner())
         .map_err(|e| AsamError::Invalid(format!("{}: header: {e}", what.display())))?;
-    let reference_names: Vec<String> = header
-        .reference_sequences()
-        .keys()
-        .map(|k| k.to_string())
-        .collect();
+    let reference_names = reference_names(&header);
     let mut batcher = Batcher::new(reference_names.len(), limits);
     let mut slots = BySlot::default();
     let mut text = TextFields::default();

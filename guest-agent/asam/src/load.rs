@@ -180,11 +180,7 @@ pub fn read_sam_into(
             format!("header: {e}"),
         )
     })?;
-    let reference_names: Vec<String> = header
-        .reference_sequences()
-        .keys()
-        .map(|k| k.to_string())
-        .collect();
+    let reference_names = reference_names(&header);
     let mut batcher = Batcher::new(reference_names.len(), limits);
     let mut record = sam::Record::default();
     while pending {
@@ -221,6 +217,15 @@ pub fn read_sam_into(
         reference_names,
         records,
     })
+}
+
+/// The header's reference names, in order: index i is rID i.
+pub fn reference_names(header: &sam::Header) -> Vec<String> {
+    header
+        .reference_sequences()
+        .keys()
+        .map(|k| k.to_string())
+        .collect()
 }
 
 /// The first header line at which the header stops parsing (noodles names

@@ -213,11 +213,7 @@ pub fn reference_names(header_text: &str) -> Result<Vec<String>> {
     let header: noodles::sam::Header = header_text
         .parse()
         .map_err(|e| FlightError::Param(format!("SAM header: {e}")))?;
-    Ok(header
-        .reference_sequences()
-        .keys()
-        .map(|k| k.to_string())
-        .collect())
+    Ok(testbed_asam::load::reference_names(&header))
 }
 
 /// Starts the Flight receiver (library-default transport settings).
