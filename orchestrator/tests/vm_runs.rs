@@ -899,6 +899,10 @@ fn flight_between_two_vms_on_a_socket_link() {
             (share - s["mb_per_s"].as_f64().unwrap() / link).abs() < 1e-9,
             "{p}"
         );
+        // The server VM's CPU, asked over Flight, beside the client's.
+        for key in ["client_cpu_s_per_gb", "server_cpu_s_per_gb", "cpu_s_per_gb"] {
+            assert!(s[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {p}");
+        }
     }
     assert!(out.join("console-server.log").exists() && out.join("console-client.log").exists());
     assert!(qemus_of_run(&out).is_empty(), "both VMs ended");

@@ -61,6 +61,18 @@ pub enum FlightCommand {
     GenomicsServe(crate::genomics::cli::ServeArgs),
     /// The genomics sender: a SAM file's regions moved by Flight and by BAM.
     GenomicsSend(crate::genomics::cli::SendArgs),
+    /// The CPU seconds a testbed-flight server (`serve`, `genomics-serve`)
+    /// has used so far, asked by its `cpu` action; one JSON line
+    /// `{"cpu_s": x}`.
+    ServerCpu {
+        #[arg(long)]
+        server: String,
+        /// The CA of a TLS server (gen-cert's ca.pem).
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
+        #[arg(long, default_value_t = 10.0)]
+        connect_timeout_secs: f64,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -188,6 +200,23 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
         FlightCommand::SqlServe(args) => crate::query::serve::run_cli(&args),
         FlightCommand::GenomicsServe(args) => crate::genomics::cli::serve(args),
         FlightCommand::GenomicsSend(args) => crate::genomics::cli::send(args),
+        FlightCommand::ServerCpu {
+            server,
+            tls_ca,
+            connect_timeout_secs,
+        } => {
+            let timeout = std::time::Duration::from_secs_f64(connect_timeout_secs.max(0.001));
+            let cpu_s = crate::cli::runtime(Some(1))?.block_on(crate::cpu::ask(
+                &server.parse()?,
+                tls_ca.as_deref(),
+                timeout,
+            ))?;
+            println!(
+                "{}",
+                serde_json::to_string(&crate::cpu::CpuReply { cpu_s })?
+            );
+            Ok(())
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub mod addr;
 pub mod bench;
 pub mod cli;
 pub mod codec;
+pub mod cpu;
 pub mod data;
 pub mod error;
 pub mod genomics;

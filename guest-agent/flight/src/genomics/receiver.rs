@@ -36,15 +36,6 @@ pub struct RegionCommand {
     pub header_text: String,
 }
 
-/// The Flight action that reads the receiver's CPU time.
-pub const CPU_ACTION: &str = "cpu";
-
-/// The answer to [`CPU_ACTION`].
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct CpuReply {
-    pub cpu_s: f64,
-}
-
 /// The receiver's two answers per region (a PutResult's metadata, or a
 /// line on the BAM connection).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,29 +161,14 @@ impl FlightService for GenomicsService {
         )))
     }
 
-    /// `cpu`: this process's user + system CPU seconds so far, as
-    /// `{"cpu_s": x}` (every listener of the receiver is this process), so
-    /// the sender can charge each pipeline the receiver's CPU.
+    /// `cpu`: this process's CPU seconds so far (every listener of the
+    /// receiver is this process), so the sender can charge each pipeline
+    /// the receiver's CPU.
     async fn do_action(
         &self,
         r: Request<Action>,
     ) -> std::result::Result<Response<Self::DoActionStream>, Status> {
-        let action = r.into_inner();
-        if action.r#type != CPU_ACTION {
-            return Err(Status::unimplemented(format!(
-                "no action {:?} (only {CPU_ACTION:?})",
-                action.r#type
-            )));
-        }
-        let (user, system) =
-            crate::bench::process_cpu().ok_or_else(|| Status::internal("getrusage failed"))?;
-        let body = serde_json::to_vec(&CpuReply {
-            cpu_s: user + system,
-        })
-        .map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(Box::pin(futures::stream::once(async {
-            Ok(arrow_flight::Result { body: body.into() })
-        }))))
+        crate::cpu::answer(&r.into_inner()).map(Response::new)
     }
     async fn list_actions(
         &self,

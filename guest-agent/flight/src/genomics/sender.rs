@@ -33,7 +33,7 @@ use testbed_lines::flight::GenomicsLine;
 use super::bam;
 use super::partition::{Genome, partition};
 use super::process::{Fnv, Processed, process};
-use super::receiver::{CPU_ACTION, CpuReply, RegionCommand, Reply};
+use super::receiver::{RegionCommand, Reply};
 use crate::addr::Addr;
 use crate::error::{FlightError, Result};
 use crate::settings::TransportSettings;
@@ -280,27 +280,7 @@ fn cpu_s(user_system: Option<(f64, f64)>) -> Option<f64> {
 /// The receiver process's CPU seconds so far (its `cpu` action on the
 /// default Flight listener; the BAM listener is the same process).
 async fn receiver_cpu(cfg: &SendConfig) -> Result<f64> {
-    let addr: Addr = cfg.flight.parse()?;
-    let channel = crate::transport::connect(
-        &addr,
-        None,
-        &TransportSettings::library_defaults(),
-        cfg.timeout,
-    )
-    .await?;
-    let mut client = FlightClient::new(channel);
-    let err = |e: String| FlightError::Other(format!("the receiver's CPU at {addr}: {e}"));
-    let mut replies = client
-        .do_action(arrow_flight::Action::new(CPU_ACTION, ""))
-        .await
-        .map_err(|e| err(e.to_string()))?;
-    let body = replies
-        .next()
-        .await
-        .ok_or_else(|| err("no reply".into()))?
-        .map_err(|e| err(e.to_string()))?;
-    let reply: CpuReply = serde_json::from_slice(&body).map_err(|e| err(e.to_string()))?;
-    Ok(reply.cpu_s)
+    crate::cpu::ask(&cfg.flight.parse()?, None, cfg.timeout).await
 }
 
 /// The name of a schedule, as lines and tags carry it.

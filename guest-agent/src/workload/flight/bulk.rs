@@ -443,6 +443,27 @@ pub fn record(
     Ok(s)
 }
 
+/// The CPU seconds the testbed-flight server at `server` has used so far
+/// (`testbed-flight server-cpu`).
+fn server_cpu(bin: &Path, server: &str, ca: Option<&Path>) -> Result<f64, WorkloadError> {
+    #[derive(Deserialize)]
+    struct ServerCpu {
+        cpu_s: f64,
+    }
+    let mut args = vec!["server-cpu".to_string(), "--server".into(), server.into()];
+    if let Some(ca) = ca {
+        args.extend(["--tls-ca".into(), ca.display().to_string()]);
+    }
+    let lines: Vec<ServerCpu> = run_client(bin, &args, Duration::from_secs(30))?;
+    match lines.as_slice() {
+        [one] => Ok(one.cpu_s),
+        lines => Err(other(format!(
+            "testbed-flight server-cpu printed {} lines, 1 expected",
+            lines.len()
+        ))),
+    }
+}
+
 /// `<side>_cpu_s` and `<side>_cpu_s_per_gb` (CPU seconds per GiB of
 /// payload moved); `cpu_s_per_gb` is both sides' once both are in.
 fn put_cpu_per_gb(s: &mut Summary, side: &str, cpu_s: Option<f64>) {
@@ -582,8 +603,20 @@ pub fn run_with_binary(
             };
             let ca = p.tls_dir.as_ref().map(|d| Path::new(d).join("ca.pem"));
             let args = bench_args(p, &server, ca.as_deref(), ctx.seed);
+            // The server VM's CPU over the client's run, asked over Flight
+            // (its `cpu` action) before and after, as the local role reads
+            // its server's group.
+            let server_cpu0 = server_cpu(&bin, &server, ca.as_deref());
             let lines = run_client(&bin, &args, timeout)?;
+            let server_cpu1 = server_cpu(&bin, &server, ca.as_deref());
             let mut s = record(p, &lines, ctx)?;
+            match (server_cpu1, server_cpu0) {
+                (Ok(b), Ok(a)) => put_cpu_per_gb(&mut s, "server", Some(b - a)),
+                // CPU is a metric: not reading it loses the metric, not the run.
+                (Err(e), _) | (_, Err(e)) => {
+                    s.insert("server_cpu_unread".into(), serde_json::json!(e.to_string()));
+                }
+            }
             if let Some(l) = link {
                 record_link(p, &l, ctx, &mut s);
             }
@@ -992,6 +1025,16 @@ mod tests {
         assert!(std::net::TcpStream::connect(&first).is_ok());
         let second = run();
         assert!(std::net::TcpStream::connect(&second).is_ok());
+        // A client of another machine's server (here this one's) charges
+        // the run the server's CPU, asked over Flight.
+        let client = params(&format!(
+            r#"{{"role":"client","address":"{second}","records_per_stream":200000,"records_per_batch":4096}}"#
+        ));
+        let s = run_with_binary(&client, &ctx(5, Arc::new(VecSink::default())), &bin).unwrap();
+        for key in ["client_cpu_s_per_gb", "server_cpu_s_per_gb", "cpu_s_per_gb"] {
+            assert!(s[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {s:?}");
+        }
+        assert!(!s.contains_key("server_cpu_unread"), "{s:?}");
         assert!(
             std::net::TcpStream::connect(&first).is_err(),
             "the first server still serves at {first}"
