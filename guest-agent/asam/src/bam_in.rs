@@ -29,13 +29,7 @@ pub fn read_bam(
     limits: &BatchLimits,
 ) -> Result<SamTable> {
     limits.validate()?;
-    let workers = NonZero::new(threads.max(1)).unwrap_or(NonZero::<usize>::MIN);
-    let mut reader = bam::io::Reader::from(bgzf::io::MultithreadedReader::with_worker_count(
-        workers, input,
-    ));
-    let header = reader
-        .read_header()
-        .map_err(|e| AsamError::io(what, with_context("header", e)))?;
+    let (mut reader, header) = open(input, what, threads)?;
     let mut header_text = sam::io::Writer::new(Vec::new());
     header_text
         .write_header(&header)
@@ -85,12 +79,8 @@ pub fn read_bam_via_sam_text(
     limits: &BatchLimits,
 ) -> Result<SamTable> {
     use noodles::sam::alignment::io::Write as _;
-    let workers = NonZero::new(threads.max(1)).unwrap_or(NonZero::<usize>::MIN);
-    let mut reader = bam::io::Reader::from(bgzf::io::MultithreadedReader::with_worker_count(
-        workers, input,
-    ));
+    let (mut reader, header) = open(input, what, threads)?;
     let io = |context: &str, e| AsamError::io(what, with_context(context, e));
-    let header = reader.read_header().map_err(|e| io("header", e))?;
     let mut text = sam::io::Writer::new(Vec::with_capacity(1 << 20));
     text.write_header(&header).map_err(|e| io("header", e))?;
     for (n, record) in reader.records().enumerate() {
@@ -99,6 +89,24 @@ pub fn read_bam_via_sam_text(
             .map_err(|e| io(&format!("record {n} as SAM"), e))?;
     }
     crate::load::read_sam(&text.into_inner()[..], what, limits)
+}
+
+type BamReader<R> = bam::io::Reader<bgzf::io::MultithreadedReader<R>>;
+
+/// The stream's reader (`threads` inflating workers) and its header.
+fn open<R: Read + Send + 'static>(
+    input: R,
+    what: &Path,
+    threads: usize,
+) -> Result<(BamReader<R>, sam::Header)> {
+    let workers = NonZero::new(threads.max(1)).unwrap_or(NonZero::<usize>::MIN);
+    let mut reader = bam::io::Reader::from(bgzf::io::MultithreadedReader::with_worker_count(
+        workers, input,
+    ));
+    let header = reader
+        .read_header()
+        .map_err(|e| AsamError::io(what, with_context("header", e)))?;
+    Ok((reader, header))
 }
 
 fn with_context(what: &str, e: std::io::Error) -> std::io::Error {
