@@ -185,7 +185,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
     let next = Arc::new(AtomicU32::new(0));
     let tickets = Arc::new(tickets);
     let started = Instant::now();
-    let cpu0 = process_cpu();
+    let cpu0 = crate::cpu::process_cpu();
     let mut workers = Vec::new();
     for _ in 0..threads {
         let (shared, next, tickets) = (shared.clone(), next.clone(), tickets.clone());
@@ -223,7 +223,9 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
         per_stream.extend(r);
     }
     let wall = started.elapsed().as_secs_f64();
-    let cpu = process_cpu().zip(cpu0).map(|(b, a)| (b.0 - a.0, b.1 - a.1));
+    let cpu = crate::cpu::process_cpu()
+        .zip(cpu0)
+        .map(|(b, a)| (b.0 - a.0, b.1 - a.1));
     per_stream.sort_by_key(|r| r.stream);
     let bytes: u64 = per_stream.iter().map(|r| r.bytes).sum();
     let records = per_stream.iter().map(|r| r.records).sum();
@@ -250,19 +252,6 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
         },
         per_stream,
     })
-}
-
-/// User and system CPU seconds of this whole process so far (every
-/// thread: the runtime's workers included).
-pub(crate) fn process_cpu() -> Option<(f64, f64)> {
-    // SAFETY: getrusage writes into the zeroed struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a rusage.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return None;
-    }
-    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Some((s(u.ru_utime), s(u.ru_stime)))
 }
 
 /// One untimed stream of one batch, on a connection of its own, before

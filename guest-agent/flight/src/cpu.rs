@@ -1,7 +1,8 @@
-//! A Flight server's CPU time, asked over Flight: the `cpu` action answers
-//! with the serving process's user + system CPU seconds so far, so a
-//! client on another machine (the pair topology's other VM) can charge a
-//! run the server's CPU by asking before and after it.
+//! CPU time: this process's (getrusage), and a Flight server's, asked
+//! over Flight: the `cpu` action answers with the serving process's user +
+//! system CPU seconds so far, so a client on another machine (the pair
+//! topology's other VM) can charge a run the server's CPU by asking before
+//! and after it.
 
 use std::path::Path;
 use std::pin::Pin;
@@ -25,6 +26,24 @@ pub struct CpuReply {
     pub cpu_s: f64,
 }
 
+/// User and system CPU seconds of this whole process so far (every
+/// thread: the runtime's workers included).
+pub fn process_cpu() -> Option<(f64, f64)> {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return None;
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some((s(u.ru_utime), s(u.ru_stime)))
+}
+
+/// [`process_cpu`]'s user and system seconds added up.
+pub fn process_cpu_s() -> Option<f64> {
+    process_cpu().map(|(user, system)| user + system)
+}
+
 type ActionStream =
     Pin<Box<dyn Stream<Item = std::result::Result<arrow_flight::Result, Status>> + Send + 'static>>;
 
@@ -37,12 +56,9 @@ pub fn answer(action: &Action) -> std::result::Result<ActionStream, Status> {
             action.r#type
         )));
     }
-    let (user, system) =
-        crate::bench::process_cpu().ok_or_else(|| Status::internal("getrusage failed"))?;
-    let body = serde_json::to_vec(&CpuReply {
-        cpu_s: user + system,
-    })
-    .map_err(|e| Status::internal(e.to_string()))?;
+    let cpu_s = process_cpu_s().ok_or_else(|| Status::internal("getrusage failed"))?;
+    let body =
+        serde_json::to_vec(&CpuReply { cpu_s }).map_err(|e| Status::internal(e.to_string()))?;
     Ok(Box::pin(futures::stream::once(async {
         Ok(arrow_flight::Result { body: body.into() })
     })))

@@ -183,10 +183,7 @@ pub fn run(
                 sum.write(&moved.processed.checksum.to_le_bytes());
             };
             // Both sides' CPU over the whole move, read outside its timer.
-            let cpu0 = (
-                cpu_s(crate::bench::process_cpu()),
-                rt.block_on(receiver_cpu(cfg)),
-            );
+            let cpu0 = (crate::cpu::process_cpu_s(), rt.block_on(receiver_cpu(cfg)));
             let t0 = Instant::now();
             // Overlapped: the region whose processing is heard after the
             // next region is sent.
@@ -233,10 +230,7 @@ pub fn run(
                 add(last.finish(rt)?);
             }
             line.total_seconds = t0.elapsed().as_secs_f64();
-            let cpu1 = (
-                cpu_s(crate::bench::process_cpu()),
-                rt.block_on(receiver_cpu(cfg)),
-            );
+            let cpu1 = (crate::cpu::process_cpu_s(), rt.block_on(receiver_cpu(cfg)));
             line.sender_cpu_s = cpu1.0.zip(cpu0.0).map(|(b, a)| b - a);
             line.receiver_cpu_s = match (cpu1.1, cpu0.1) {
                 (Ok(b), Ok(a)) => Some(b - a),
@@ -271,10 +265,6 @@ pub fn run(
         )));
     }
     Ok(lines)
-}
-
-fn cpu_s(user_system: Option<(f64, f64)>) -> Option<f64> {
-    user_system.map(|(u, s)| u + s)
 }
 
 /// The receiver process's CPU seconds so far (its `cpu` action on the

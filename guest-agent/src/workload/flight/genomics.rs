@@ -305,7 +305,7 @@ fn send(
     at: &Listening,
     timeout: Duration,
 ) -> Result<Vec<GenomicsLine>, WorkloadError> {
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "genomics-send".into(),
         "--json".into(),
         "--sam".into(),
@@ -325,7 +325,6 @@ fn send(
         "--threads".into(),
         p.threads.to_string(),
     ];
-    let mut args = args;
     if p.overlap {
         args.push("--overlap".into());
     }
@@ -360,7 +359,7 @@ fn record(
         let tags = BTreeMap::from([
             ("pipeline".to_string(), pipeline.clone()),
             ("regions".to_string(), p.regions.to_string()),
-            ("schedule".to_string(), mine[0].schedule.clone()),
+            ("schedule".to_string(), first.schedule.clone()),
         ]);
         let comm: Vec<f64> = mine.iter().map(|l| l.communication_seconds).collect();
         let proc_: Vec<f64> = mine.iter().map(|l| l.processing_seconds).collect();
