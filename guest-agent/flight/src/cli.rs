@@ -146,8 +146,17 @@ impl BenchArgs {
 }
 
 pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    named_runtime(threads, "tokio-runtime-worker")
+}
+
+/// [`runtime`] whose threads are named `name` (at most 15 bytes, what
+/// Linux keeps), so their CPU can be told apart (`cpu::threads_cpu_s`).
+pub fn named_runtime(
+    threads: Option<usize>,
+    name: &str,
+) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
-    b.enable_all();
+    b.enable_all().thread_name(name);
     if let Some(n) = threads {
         b.worker_threads(n.max(1));
     }

@@ -13,7 +13,7 @@ use crate::settings::{Compression, Op, TransportSettings};
 
 pub use crate::bench::StreamResult;
 pub use crate::query::Measurement as QueryLine;
-pub use testbed_lines::flight::QUERY_CLIENTS;
+pub use testbed_lines::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
 
 /// `serve`'s first stdout line.
 pub type ServeReady = testbed_lines::flight::ServeReady<TransportSettings>;
@@ -147,6 +147,9 @@ mod tests {
                 strings: 4,
             },
             matches: true,
+            value_bytes: 640,
+            client_cpu_s: Some(0.5),
+            server_cpu_s: None,
         };
         let text = serde_json::to_string(&m).unwrap();
         let agent: testbed_lines::flight::QueryLine = serde_json::from_str(&text).unwrap();
@@ -156,6 +159,10 @@ mod tests {
         assert_eq!(
             (agent.rows, agent.seconds, agent.matches),
             (10, 0.125, true)
+        );
+        assert_eq!(
+            (agent.value_bytes, agent.client_cpu_s, agent.server_cpu_s),
+            (640, Some(0.5), None)
         );
     }
 
@@ -168,6 +175,21 @@ mod tests {
         assert_eq!(names, QUERY_CLIENTS);
         for c in QueryClient::value_variants() {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+        }
+    }
+
+    #[test]
+    fn query_column_sets_are_the_names_query_knows() {
+        use crate::query::columns::ColumnSet;
+        let names: Vec<&str> = ColumnSet::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(names, QUERY_COLUMN_SETS);
+        assert_eq!(ColumnSet::value_variants(), ColumnSet::ALL);
+        for c in ColumnSet::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+            assert_eq!(
+                clap::ValueEnum::to_possible_value(&c).unwrap().get_name(),
+                c.name()
+            );
         }
     }
 }

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int32Type;
+use testbed_flight::query::columns::ColumnSet;
 use testbed_flight::query::taxi;
 
 const ROWS: u64 = 60_000;
@@ -119,7 +120,7 @@ fn adbc_against(server: &Server, catalog: &str) -> serde_json::Value {
     let reader = arrow::ipc::reader::FileReader::try_new(file, None).unwrap();
     let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
     let got = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let want = taxi::batch(SEED, 0, ROWS).unwrap();
+    let want = ColumnSet::Taxi.batch(SEED, 0, ROWS).unwrap();
     assert_eq!(got.num_columns(), want.num_columns());
     for (i, name) in names.iter().enumerate() {
         let w = arrow::compute::cast(want.column(i), got.column(i).data_type()).unwrap();
@@ -149,7 +150,7 @@ fn adbc_against(server: &Server, catalog: &str) -> serde_json::Value {
 /// The driver's prepared statement (`passenger_count = $1`), bound with 2
 /// and then 3, counted as the generated table counts them.
 fn assert_prepared_counts(out: &serde_json::Value) {
-    let want = taxi::batch(SEED, 0, ROWS).unwrap();
+    let want = ColumnSet::Taxi.batch(SEED, 0, ROWS).unwrap();
     let passengers = want.column(3).as_primitive::<Int32Type>();
     assert_eq!(taxi::COLUMNS[3].0, "passenger_count");
     for v in [2, 3] {

@@ -4,6 +4,7 @@
 //! unixodbc-dev`; the ODBC clients run `testbed-odbc` (`cargo build -p
 //! testbed-odbc` first: `./x test` does).
 
+use testbed_flight::query::columns::ColumnSet;
 use testbed_flight::query::{self, QueryArgs, QueryClient};
 
 fn clients() -> Vec<QueryClient> {
@@ -27,6 +28,7 @@ fn every_client_fetches_the_same_rows() {
     let args = QueryArgs {
         rows: vec![1, 3000, 70_000],
         table_rows: Some(70_000),
+        columns: ColumnSet::Taxi,
         clients: clients(),
         repetitions: 1,
         seed: 11,
@@ -39,7 +41,7 @@ fn every_client_fetches_the_same_rows() {
     assert_eq!(r.measurements.len(), 3 * args.clients.len());
     for n in [1u64, 3000, 70_000] {
         let ms: Vec<_> = r.measurements.iter().filter(|m| m.limit == n).collect();
-        let want = query::taxi::expected(11, n);
+        let want = ColumnSet::Taxi.expected(11, n);
         for m in &ms {
             assert_eq!(m.rows, n, "{:?}", m.client);
             assert_eq!(m.checksum, want, "{:?} at N={n}", m.client);
@@ -49,6 +51,36 @@ fn every_client_fetches_the_same_rows() {
     assert!(r.all_match());
     // PostgreSQL was stopped: its pid file is gone.
     assert!(!dir.path().join("pg/data/postmaster.pid").exists());
+}
+
+#[test]
+fn every_client_fetches_every_column_set_alike() {
+    for columns in [
+        ColumnSet::Ints,
+        ColumnSet::StringsShort,
+        ColumnSet::StringsLong,
+    ] {
+        let args = QueryArgs {
+            rows: vec![2500],
+            table_rows: Some(3000),
+            columns,
+            clients: clients(),
+            repetitions: 1,
+            seed: 7,
+            batch_rows: 1000,
+            run_dir: None,
+            json: false,
+        };
+        let r = query::run(&args).unwrap();
+        let want = columns.expected(7, 2500);
+        assert_eq!(r.measurements.len(), args.clients.len());
+        for m in &r.measurements {
+            assert_eq!(m.rows, 2500, "{:?} {columns:?}", m.client);
+            assert_eq!(m.checksum, want, "{:?} {columns:?}", m.client);
+        }
+        // Another set's rows would not pass.
+        assert_ne!(want, ColumnSet::Taxi.expected(7, 2500));
+    }
 }
 
 #[test]
@@ -73,6 +105,7 @@ fn a_pre_created_run_dir_in_tmp_is_not_used() {
     let r = query::run(&QueryArgs {
         rows: vec![10],
         table_rows: Some(10),
+        columns: ColumnSet::Taxi,
         clients: vec![QueryClient::TokioPostgres],
         repetitions: 1,
         seed: 1,
@@ -152,10 +185,10 @@ fn postgres_wants_a_password_and_dies_with_its_cluster() {
 fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
     let dir = tempfile::tempdir().unwrap();
     let parquet = dir.path().join("nyc_taxi.parquet");
-    query::write_parquet(&parquet, 4, 1000).unwrap();
+    query::write_parquet(&parquet, ColumnSet::Taxi, 4, 1000).unwrap();
     let rt = testbed_flight::cli::runtime(Some(2)).unwrap();
     rt.block_on(async {
-        let ctx = query::engine::taxi_context(&parquet, 256).await.unwrap();
+        let ctx = query::engine::table_context(&parquet, 256).await.unwrap();
         let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
         let pgwire = query::pgwire::start(ctx.clone(), any, "postgres", "right")
             .await
@@ -163,7 +196,7 @@ fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
         let first_100 = "SELECT * FROM nyc_taxi LIMIT 100";
         let right = pgwire.conn_string("postgres", "right");
         let got = query::libpq::fetch(&right, first_100).await.unwrap();
-        assert_eq!(got, query::taxi::expected(4, 100));
+        assert_eq!(got, ColumnSet::Taxi.expected(4, 100));
         for conn in [
             pgwire.conn_string("postgres", "wrong"),
             pgwire.conn_string("someone", "right"),
@@ -176,7 +209,7 @@ fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
         let resorted = "SELECT * FROM (SELECT * FROM nyc_taxi LIMIT 100) ORDER BY fare_amount";
         let got = query::libpq::fetch(&right, resorted).await.unwrap();
         assert_eq!(got.rows, 100);
-        assert_ne!(got, query::taxi::expected(4, 100));
+        assert_ne!(got, ColumnSet::Taxi.expected(4, 100));
 
         let cfg = testbed_flight::server::ServerConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -192,7 +225,7 @@ fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
         let got = query::sqlserver::fetch(&addr, first_100, &settings)
             .await
             .unwrap();
-        assert_eq!(got, query::taxi::expected(4, 100));
+        assert_eq!(got, ColumnSet::Taxi.expected(4, 100));
         for write in ["CREATE TABLE t AS SELECT 1", "DROP TABLE nyc_taxi"] {
             let e = query::sqlserver::fetch(&addr, write, &settings)
                 .await
@@ -210,5 +243,36 @@ fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
         assert_eq!(got.rows, 100);
         flight.stop().await.unwrap();
         pgwire.stop().await.unwrap();
+    });
+}
+
+/// DataFusion hands strings over as Utf8, not as views: arrow-rs's IPC
+/// writer sends a sliced view array with all its data buffers, so every
+/// Flight message of a long-string batch would carry the whole batch.
+#[test]
+fn datafusion_serves_strings_as_utf8_not_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let parquet = dir.path().join("nyc_taxi.parquet");
+    query::write_parquet(&parquet, ColumnSet::StringsLong, 4, 300).unwrap();
+    let rt = testbed_flight::cli::runtime(Some(2)).unwrap();
+    rt.block_on(async {
+        let ctx = query::engine::table_context(&parquet, 256).await.unwrap();
+        let batches = ctx
+            .sql("SELECT * FROM nyc_taxi LIMIT 200")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let schema = batches[0].schema();
+        for f in schema.fields() {
+            assert_eq!(f.data_type(), &arrow::datatypes::DataType::Utf8, "{f:?}");
+        }
+        // What the Flight SQL client gets is the generator's rows.
+        let mut c = query::taxi::Checksum::default();
+        for b in &batches {
+            query::taxi::BatchChecksum::add_batch(&mut c, b).unwrap();
+        }
+        assert_eq!(c, ColumnSet::StringsLong.expected(4, 200));
     });
 }

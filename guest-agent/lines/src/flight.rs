@@ -84,6 +84,18 @@ pub struct QueryLine<Client = String, Checksum = serde_json::Value> {
     pub checksum: Checksum,
     /// The checksum equals the generator's.
     pub matches: bool,
+    /// Bytes of the fetched rows' values as Arrow holds them (4 per
+    /// integer, 8 per timestamp or float, a string's length): every
+    /// client's CPU is charged per GiB of this, whatever its wire format.
+    #[serde(default)]
+    pub value_bytes: u64,
+    /// CPU seconds of the client (its threads, or the ODBC process from
+    /// connect to last row) and of the server side (the servers' threads,
+    /// and PostgreSQL's processes when it runs) during this fetch.
+    #[serde(default)]
+    pub client_cpu_s: Option<f64>,
+    #[serde(default)]
+    pub server_cpu_s: Option<f64>,
 }
 
 /// One line of `genomics-send --json`: one pipeline moving every region
@@ -144,6 +156,9 @@ pub const QUERY_CLIENTS: [&str; 10] = [
     "datafusion-pgwire-odbc-row",
     "datafusion-pgwire-odbc-block",
 ];
+
+/// The names of `query --columns` (`query::columns::ColumnSet`).
+pub const QUERY_COLUMN_SETS: [&str; 4] = ["taxi", "ints", "strings-short", "strings-long"];
 
 #[cfg(test)]
 mod tests {

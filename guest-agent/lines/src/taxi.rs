@@ -81,6 +81,9 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 pub struct OdbcFetch {
     pub checksum: Checksum,
     pub seconds: f64,
+    /// The process's user + system CPU seconds over the same span.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
 }
 
 #[cfg(test)]

@@ -39,7 +39,9 @@ enum Col {
     Text(usize),
 }
 
-fn kinds(cursor: &mut impl ResultSetMetadata) -> Result<Vec<Col>> {
+/// Column kinds; text buffers hold `max_text_bytes` (the caller knows its
+/// table's longest string, as a turbodbc user sets its string limit).
+fn kinds(cursor: &mut impl ResultSetMetadata, max_text_bytes: usize) -> Result<Vec<Col>> {
     let n = cursor
         .num_result_cols()
         .map_err(|e| odbc_err("columns", e))?;
@@ -54,10 +56,11 @@ fn kinds(cursor: &mut impl ResultSetMetadata) -> Result<Vec<Col>> {
                 }
                 DataType::Double | DataType::Float { .. } | DataType::Real => Col::Float,
                 DataType::Timestamp { .. } => Col::Timestamp,
-                // psqlODBC reports text as LONGVARCHAR(8190); the taxi
-                // strings are short, and a longer one would be truncated and
-                // so change the checksum, not pass silently.
-                other => Col::Text(other.column_size().map_or(64, |s| s.get()).min(64)),
+                // psqlODBC reports text as LONGVARCHAR(8190) whatever it
+                // holds, and pgwire's text as unknown-sized. A string longer
+                // than the buffer would be truncated and so change the
+                // checksum, not pass silently.
+                _ => Col::Text(max_text_bytes.max(1)),
             })
         })
         .collect()
@@ -82,9 +85,14 @@ where
     Ok(v.into_opt())
 }
 
-/// Connects, runs `sql` and reads every row: by rows, or in blocks of
-/// `batch_rows` (None).
-fn fetch(conn_str: &str, sql: &str, blocks: Option<usize>) -> Result<Checksum> {
+/// Connects, runs `sql` and reads every row: by rows (None), or in blocks
+/// of `batch_rows`.
+fn fetch(
+    conn_str: &str,
+    sql: &str,
+    blocks: Option<usize>,
+    max_text_bytes: usize,
+) -> Result<Checksum> {
     let conn = env()?
         .connect_with_connection_string(conn_str, ConnectionOptions::default())
         .map_err(|e| odbc_err("connect", e))?;
@@ -92,7 +100,7 @@ fn fetch(conn_str: &str, sql: &str, blocks: Option<usize>) -> Result<Checksum> {
         .execute(sql, (), None)
         .map_err(|e| odbc_err("execute", e))?
         .ok_or_else(|| anyhow::anyhow!("ODBC: the query returned no result set"))?;
-    let cols = kinds(&mut cursor)?;
+    let cols = kinds(&mut cursor, max_text_bytes)?;
     match blocks {
         None => fetch_rows(cursor, &cols),
         Some(n) => fetch_blocks(cursor, &cols, n),
@@ -138,7 +146,27 @@ fn fetch_rows(mut cursor: impl Cursor, cols: &[Col]) -> Result<Checksum> {
     Ok(c)
 }
 
-/// Block fetch: `batch_rows` rows per SQLFetch into bound column buffers.
+/// The bound buffers' limit: long strings get fewer rows per block, as
+/// turbodbc sizes its blocks by a buffer size (20 MB by default) rather
+/// than by rows.
+const BLOCK_BYTES: usize = 64 << 20;
+
+/// Rows per block: `batch_rows`, or fewer when their buffers (values and
+/// length indicators) would pass BLOCK_BYTES.
+fn block_rows(cols: &[Col], batch_rows: usize) -> usize {
+    let row_bytes: usize = cols
+        .iter()
+        .map(|k| match k {
+            Col::Int | Col::Float => 16,
+            Col::Timestamp => 24,
+            Col::Text(n) => n + 1 + 8,
+        })
+        .sum();
+    batch_rows.min(BLOCK_BYTES / row_bytes.max(1)).max(1)
+}
+
+/// Block fetch: up to `batch_rows` rows per SQLFetch into bound column
+/// buffers.
 fn fetch_blocks(cursor: impl Cursor, cols: &[Col], batch_rows: usize) -> Result<Checksum> {
     let descs = cols.iter().map(|k| match k {
         Col::Int => BufferDesc::I64 { nullable: true },
@@ -146,7 +174,7 @@ fn fetch_blocks(cursor: impl Cursor, cols: &[Col], batch_rows: usize) -> Result<
         Col::Timestamp => BufferDesc::Timestamp { nullable: true },
         Col::Text(n) => BufferDesc::Text { max_str_len: *n },
     });
-    let buffer = ColumnarAnyBuffer::from_descs(batch_rows.max(1), descs);
+    let buffer = ColumnarAnyBuffer::from_descs(block_rows(cols, batch_rows), descs);
     let mut block = cursor
         .bind_buffer(buffer)
         .map_err(|e| odbc_err("bind buffers", e))?;
@@ -181,6 +209,18 @@ fn fetch_blocks(cursor: impl Cursor, cols: &[Col], batch_rows: usize) -> Result<
     Ok(c)
 }
 
+/// User + system CPU seconds of this process so far (getrusage).
+fn process_cpu_s() -> Option<f64> {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return None;
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(s(u.ru_utime) + s(u.ru_stime))
+}
+
 #[derive(clap::Parser)]
 #[command(
     name = "testbed-odbc",
@@ -194,9 +234,13 @@ enum Cli {
         /// rows: SQLFetch + SQLGetData per value; blocks: bound column buffers.
         #[arg(long, value_parser = ["rows", "blocks"])]
         mode: String,
-        /// Rows per block fetch.
+        /// Rows per block fetch (fewer when the buffers would pass 64 MiB).
         #[arg(long, default_value_t = 65_536)]
         batch_rows: usize,
+        /// The longest string a text column holds: block fetch's text
+        /// buffers are this long.
+        #[arg(long, default_value_t = 64)]
+        max_text_bytes: usize,
     },
 }
 
@@ -205,18 +249,37 @@ fn main() -> anyhow::Result<()> {
         sql,
         mode,
         batch_rows,
+        max_text_bytes,
     } = <Cli as clap::Parser>::parse();
     let conn = std::env::var(CONN_ENV)
         .map_err(|_| anyhow::anyhow!("${CONN_ENV} must hold the ODBC connection string"))?;
     let started = std::time::Instant::now();
+    let cpu_before = process_cpu_s();
     let checksum = match mode.as_str() {
-        "rows" => fetch(&conn, &sql, None)?,
-        _ => fetch(&conn, &sql, Some(batch_rows))?,
+        "rows" => fetch(&conn, &sql, None, max_text_bytes)?,
+        _ => fetch(&conn, &sql, Some(batch_rows), max_text_bytes)?,
     };
+    let seconds = started.elapsed().as_secs_f64();
     let line = OdbcFetch {
         checksum,
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
+        cpu_s: cpu_before.zip(process_cpu_s()).map(|(b, a)| a - b),
     };
     println!("{}", serde_json::to_string(&line)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_of_long_strings_hold_fewer_rows_and_short_ones_all_asked() {
+        let taxi = [Col::Int, Col::Timestamp, Col::Float, Col::Text(9)];
+        assert_eq!(block_rows(&taxi, 65_536), 65_536);
+        let long = [Col::Text(1000), Col::Text(1000)];
+        let rows = block_rows(&long, 65_536);
+        assert!(rows < 65_536 && rows * 2 * 1009 <= BLOCK_BYTES, "{rows}");
+        assert_eq!(block_rows(&[Col::Text(usize::MAX / 2)], 10), 1);
+    }
 }

@@ -8,7 +8,8 @@ use futures::{SinkExt, TryStreamExt};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, Row};
 
-use super::taxi::{self, Checksum, TABLE};
+use super::columns::ColumnSet;
+use super::taxi::{Checksum, TABLE};
 use crate::error::{FlightError, Result};
 
 pub fn pg_err(context: &str, e: tokio_postgres::Error) -> FlightError {
@@ -44,13 +45,18 @@ fn shown(conn: &str) -> String {
         .join(" ")
 }
 
-/// Creates the table and loads `rows` generated rows with COPY (CSV).
-pub async fn load(conn: &str, seed: u64, rows: u64) -> Result<()> {
+/// Creates the table and loads `rows` generated rows with COPY (CSV), in
+/// one transaction: COPY into a table created in its own transaction skips
+/// the free-space map, so rows lie in the heap in the order sent and
+/// `LIMIT N` returns the first N. (Otherwise, with rows of varying width,
+/// COPY fills earlier pages' holes with later rows: the string sets came
+/// back out of order.)
+pub async fn load(conn: &str, columns: ColumnSet, seed: u64, rows: u64) -> Result<()> {
     let client = connect(conn).await?;
     client
         .batch_execute(&format!(
-            "DROP TABLE IF EXISTS {TABLE}; {}",
-            taxi::create_table_sql()
+            "BEGIN; DROP TABLE IF EXISTS {TABLE}; {}",
+            columns.create_table_sql()
         ))
         .await
         .map_err(|e| pg_err("create table", e))?;
@@ -61,7 +67,7 @@ pub async fn load(conn: &str, seed: u64, rows: u64) -> Result<()> {
     futures::pin_mut!(sink);
     let mut buf = String::with_capacity(8 << 20);
     for r in 0..rows {
-        taxi::csv_line(&taxi::trip(seed, r), &mut buf);
+        columns.csv_line(seed, r, &mut buf);
         if buf.len() >= 8 << 20 {
             let chunk = Bytes::from(std::mem::take(&mut buf));
             sink.send(chunk).await.map_err(|e| pg_err("COPY data", e))?;
@@ -78,6 +84,10 @@ pub async fn load(conn: &str, seed: u64, rows: u64) -> Result<()> {
             "COPY loaded {n} rows, {rows} sent"
         )));
     }
+    client
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| pg_err("COMMIT the load", e))?;
     client
         .batch_execute(&format!("VACUUM ANALYZE {TABLE}"))
         .await

@@ -3,6 +3,8 @@
 //! includes connecting and fetching every row; every client's rows are
 //! checksummed and must agree with the generator.
 
+pub mod charge;
+pub mod columns;
 pub mod engine;
 pub mod libpq;
 pub mod odbc;
@@ -25,6 +27,7 @@ use serde::Serialize;
 use crate::error::{FlightError, Result};
 use crate::server::ServerConfig;
 use crate::settings::TransportSettings;
+use columns::ColumnSet;
 use taxi::Checksum;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -103,6 +106,9 @@ pub struct QueryArgs {
     /// Rows loaded (default: the largest N).
     #[arg(long)]
     pub table_rows: Option<u64>,
+    /// The table's columns: the taxi mix, or one type only.
+    #[arg(long, value_enum, default_value = "taxi")]
+    pub columns: ColumnSet,
     #[arg(
         long,
         value_enum,
@@ -133,6 +139,7 @@ pub type Measurement = testbed_lines::flight::QueryLine<QueryClient, Checksum>;
 #[derive(Debug, Clone, Serialize)]
 pub struct QueryReport {
     pub table_rows: u64,
+    pub columns: ColumnSet,
     pub seed: u64,
     /// COPY into PostgreSQL (None: no client read PostgreSQL).
     pub load_seconds: Option<f64>,
@@ -174,15 +181,20 @@ impl RunDir {
 }
 
 /// The first `rows` rows of the table as a new Parquet file.
-pub fn write_parquet(path: &std::path::Path, seed: u64, rows: u64) -> Result<()> {
+pub fn write_parquet(
+    path: &std::path::Path,
+    columns: ColumnSet,
+    seed: u64,
+    rows: u64,
+) -> Result<()> {
     let file = crate::private::create_new(path)?;
-    let mut w = parquet::arrow::ArrowWriter::try_new(file, taxi::arrow_schema(), None)
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, columns.arrow_schema(), None)
         .map_err(|e| FlightError::Other(format!("parquet writer: {e}")))?;
     let step = 65_536u64;
     let mut start = 0;
     while start < rows {
         let n = step.min(rows - start);
-        w.write(&taxi::batch(seed, start, n)?)
+        w.write(&columns.batch(seed, start, n)?)
             .map_err(|e| FlightError::Other(format!("parquet write: {e}")))?;
         start += n;
     }
@@ -212,7 +224,7 @@ impl Datafusion {
         parquet: &std::path::Path,
         batch_rows: usize,
     ) -> Result<Self> {
-        let ctx = engine::taxi_context(parquet, batch_rows).await?;
+        let ctx = engine::table_context(parquet, batch_rows).await?;
         let password = pg::random_password()?;
         // pgwire beside the Flight SQL server, on the same IP.
         let ip = match &cfg.addr {
@@ -253,7 +265,8 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
         return Err(FlightError::Param("--rows needs at least one N > 0".into()));
     }
     let dir = RunDir::new(a.run_dir.as_ref())?;
-    let rt = crate::cli::runtime(Some(2)).map_err(|e| FlightError::Other(e.to_string()))?;
+    let rt = crate::cli::named_runtime(Some(2), charge::CLIENT_THREADS)
+        .map_err(|e| FlightError::Other(e.to_string()))?;
     // PostgreSQL only when a client reads it (the DataFusion and Parquet
     // clients read the Parquet file).
     let mut pg = match a.clients.iter().any(|c| c.reads_postgres()) {
@@ -264,18 +277,19 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     let load_seconds = match &conn {
         Some(conn) => {
             let t0 = Instant::now();
-            rt.block_on(libpq::load(conn, a.seed, table_rows))?;
+            rt.block_on(libpq::load(conn, a.columns, a.seed, table_rows))?;
             Some(t0.elapsed().as_secs_f64())
         }
         None => None,
     };
     let parquet_path = dir.path().join("nyc_taxi.parquet");
     let t0 = Instant::now();
-    write_parquet(&parquet_path, a.seed, table_rows)?;
+    write_parquet(&parquet_path, a.columns, a.seed, table_rows)?;
     let parquet_seconds = t0.elapsed().as_secs_f64();
 
     // Flight SQL servers on their own runtime, as a separate server would be.
-    let server_rt = crate::cli::runtime(None).map_err(|e| FlightError::Other(e.to_string()))?;
+    let server_rt = crate::cli::named_runtime(None, charge::SERVER_THREADS)
+        .map_err(|e| FlightError::Other(e.to_string()))?;
     let settings = TransportSettings::default();
     let cfg = ServerConfig {
         addr: "127.0.0.1:0".parse()?,
@@ -318,19 +332,29 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
             .ok_or_else(|| not_started(client, "DataFusion"))
     };
 
+    let meter = charge::Meter {
+        postmaster: pg.as_ref().and_then(pg::PgCluster::pid),
+    };
     let mut measurements = Vec::new();
     for &n in &a.rows {
         let sql = format!("SELECT * FROM {} LIMIT {n}", taxi::TABLE);
-        let want = taxi::expected(a.seed, n.min(table_rows));
+        let fetched = n.min(table_rows);
+        let want = a.columns.expected(a.seed, fetched);
+        let value_bytes = a.columns.value_bytes(a.seed, fetched);
         for rep in 0..a.repetitions.max(1) {
             for &client in &a.clients {
+                let cpu_before = meter.read();
                 let t0 = Instant::now();
-                // The ODBC child times itself (connect to last row).
+                // The ODBC child times itself (connect to last row), and
+                // counts its own CPU over the same span.
                 let mut own_seconds = None;
+                let mut own_cpu = None;
                 let mut odbc = |port: u16, password: &str, mode: &str| {
                     let conn = odbc::connection_string(port, password);
-                    odbc::fetch(&conn, &sql, mode, a.batch_rows).map(|f| {
+                    let text_bytes = a.columns.max_text_bytes();
+                    odbc::fetch(&conn, &sql, mode, a.batch_rows, text_bytes).map(|f| {
                         own_seconds = Some(f.seconds);
+                        own_cpu = f.cpu_s;
                         f.checksum
                     })
                 };
@@ -369,6 +393,8 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
                     }
                     .map_err(|e| FlightError::Other(format!("{} LIMIT {n}: {e}", client.name())))?;
                 let seconds = own_seconds.unwrap_or_else(|| t0.elapsed().as_secs_f64());
+                // Outside the timer: it may wait for a backend's exit.
+                let cpu = cpu_before.and_then(|b| meter.since(&b, own_cpu));
                 measurements.push(Measurement {
                     client,
                     limit: n,
@@ -377,6 +403,9 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
                     seconds,
                     checksum: got,
                     matches: got == want,
+                    value_bytes,
+                    client_cpu_s: cpu.map(|c| c.client_s),
+                    server_cpu_s: cpu.map(|c| c.server_s),
                 });
             }
         }
@@ -396,6 +425,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     }
     Ok(QueryReport {
         table_rows,
+        columns: a.columns,
         seed: a.seed,
         load_seconds,
         parquet_seconds,
@@ -415,8 +445,11 @@ pub fn run_cli(a: &QueryArgs) -> anyhow::Result<()> {
             None => "PostgreSQL not started".into(),
         };
         println!(
-            "table {} rows (seed {}), {load}, Parquet write {:.2} s",
-            r.table_rows, r.seed, r.parquet_seconds
+            "table {} rows of {} (seed {}), {load}, Parquet write {:.2} s",
+            r.table_rows,
+            r.columns.name(),
+            r.seed,
+            r.parquet_seconds
         );
         println!(
             "| N | client | median s ({} reps) | rows/s | rows | checksum | ok |",

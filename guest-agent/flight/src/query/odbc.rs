@@ -55,13 +55,21 @@ pub fn connection_string(port: u16, password: &str) -> String {
     )
 }
 
-/// `mode` rows | blocks. The connection string goes by environment (it
-/// holds the password).
-pub fn fetch(conn: &str, sql: &str, mode: &str, batch_rows: usize) -> Result<OdbcFetch> {
+/// `mode` rows | blocks; block fetch sizes its text buffers by
+/// `max_text_bytes`, the longest string the table holds. The connection
+/// string goes by environment (it holds the password).
+pub fn fetch(
+    conn: &str,
+    sql: &str,
+    mode: &str,
+    batch_rows: usize,
+    max_text_bytes: usize,
+) -> Result<OdbcFetch> {
     let bin = binary();
     let mut cmd = Command::new(&bin);
     cmd.args(["fetch", "--mode", mode, "--sql", sql])
         .args(["--batch-rows", &batch_rows.to_string()])
+        .args(["--max-text-bytes", &max_text_bytes.to_string()])
         .env("TESTBED_ODBC_CONN", conn);
     // Not `e` itself: its command line would show the environment, and
     // with it the password.

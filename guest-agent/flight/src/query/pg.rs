@@ -275,6 +275,11 @@ impl PgCluster {
         cmd
     }
 
+    /// The postmaster's pid while it runs (its backends are its children).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.as_ref().map(Group::id)
+    }
+
     /// The password of user `postgres`.
     pub fn password(&self) -> &str {
         &self.password

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use std::io::Read;
 
+use super::columns::ColumnSet;
 use super::{libpq, pg, sqlserver, taxi};
 use crate::server::ServerConfig;
 use crate::settings::TransportSettings;
@@ -80,7 +81,7 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
         let source = match (&pg, a.source) {
             (Some(pg), _) => {
                 let conn = pg.conn_string();
-                libpq::load(&conn, a.seed, a.rows)
+                libpq::load(&conn, ColumnSet::Taxi, a.seed, a.rows)
                     .await
                     .context("load the taxi table")?;
                 sqlserver::Source::Postgres(sqlserver::Pg {
@@ -89,13 +90,13 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
                 })
             }
             (None, SourceKind::Datafusion) => {
-                super::write_parquet(&parquet, a.seed, a.rows)?;
+                super::write_parquet(&parquet, ColumnSet::Taxi, a.seed, a.rows)?;
                 sqlserver::Source::DataFusion(
-                    super::engine::taxi_context(&parquet, a.batch_rows).await?,
+                    super::engine::table_context(&parquet, a.batch_rows).await?,
                 )
             }
             (None, _) => {
-                super::write_parquet(&parquet, a.seed, a.rows)?;
+                super::write_parquet(&parquet, ColumnSet::Taxi, a.seed, a.rows)?;
                 sqlserver::Source::Parquet(parquet)
             }
         };

@@ -1,17 +1,12 @@
-//! The synthetic NYC-taxi table: the yellow-cab trip record's shape
+//! The synthetic NYC-taxi trip: the yellow-cab trip record's shape
 //! (timestamps, small ints, money as floats, short strings), generated from
-//! a seed so every run loads the same rows, and the checksum all clients
-//! compute over what they fetched.
+//! a seed so every run loads the same rows (the `taxi` column set of
+//! `columns.rs`), and the checksum all clients compute over what they
+//! fetched.
 
-use std::sync::Arc;
-
-use arrow::array::{
-    Array, ArrayRef, AsArray, Float64Array, Int32Array, RecordBatch, StringArray,
-    TimestampMicrosecondArray,
-};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{
-    DataType, Field, Float64Type, Int32Type, Int64Type, Schema, SchemaRef, TimeUnit,
-    TimestampMicrosecondType,
+    DataType, Float64Type, Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType,
 };
 
 use crate::error::{FlightError, Result};
@@ -47,31 +42,6 @@ const PAYMENT: [&str; 4] = ["Credit", "Cash", "No Charge", "Dispute"];
 /// 2015-01-01 00:00:00 UTC in microseconds.
 const EPOCH_2015_US: i64 = 1_420_070_400_000_000;
 
-pub fn create_table_sql() -> String {
-    let cols: Vec<String> = COLUMNS
-        .iter()
-        .map(|(n, t, _)| format!("{n} {t} NOT NULL"))
-        .collect();
-    format!("CREATE TABLE {TABLE} ({})", cols.join(", "))
-}
-
-pub fn arrow_schema() -> SchemaRef {
-    Arc::new(Schema::new(
-        COLUMNS
-            .iter()
-            .map(|(n, _, k)| {
-                let t = match k {
-                    Kind::Int => DataType::Int32,
-                    Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
-                    Kind::Float => DataType::Float64,
-                    Kind::Text => DataType::Utf8,
-                };
-                Field::new(*n, t, false)
-            })
-            .collect::<Vec<_>>(),
-    ))
-}
-
 /// One trip. Money is whole cents so every client reads it back exactly.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trip {
@@ -95,7 +65,7 @@ impl Trip {
 }
 
 /// SplitMix64 of (seed, row): rows can be made in any order, in parallel.
-fn mix(seed: u64, row: u64, salt: u64) -> u64 {
+pub(crate) fn mix(seed: u64, row: u64, salt: u64) -> u64 {
     let mut z = seed
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(row.wrapping_mul(0xBF58_476D_1CE4_E5B9))
@@ -123,70 +93,6 @@ pub fn trip(seed: u64, row: u64) -> Trip {
         fare_cents,
         tip_cents: if r(10, 3) == 0 { 0 } else { r(11, 1500) as i64 },
     }
-}
-
-fn cents_f64(c: i64) -> f64 {
-    c as f64 / 100.0
-}
-
-/// Rows `start..start+n` as an Arrow batch (for Parquet).
-pub fn batch(seed: u64, start: u64, n: u64) -> Result<RecordBatch> {
-    let trips: Vec<Trip> = (start..start + n).map(|r| trip(seed, r)).collect();
-    let ints =
-        |f: fn(&Trip) -> i32| Arc::new(trips.iter().map(f).collect::<Int32Array>()) as ArrayRef;
-    let ts = |f: fn(&Trip) -> i64| {
-        Arc::new(TimestampMicrosecondArray::from(
-            trips.iter().map(f).collect::<Vec<i64>>(),
-        )) as ArrayRef
-    };
-    let money = |f: fn(&Trip) -> i64| {
-        Arc::new(
-            trips
-                .iter()
-                .map(|t| cents_f64(f(t)))
-                .collect::<Float64Array>(),
-        ) as ArrayRef
-    };
-    let text = |f: fn(&Trip) -> &'static str| {
-        Arc::new(trips.iter().map(|t| Some(f(t))).collect::<StringArray>()) as ArrayRef
-    };
-    let cols = vec![
-        ints(|t| t.vendor_id),
-        ts(|t| t.pickup_us),
-        ts(|t| t.dropoff_us),
-        ints(|t| t.passenger_count),
-        money(|t| t.distance_cents),
-        ints(|t| t.pickup_location),
-        ints(|t| t.dropoff_location),
-        text(|t| t.payment),
-        text(|t| t.flag),
-        money(|t| t.fare_cents),
-        money(|t| t.tip_cents),
-        money(|t| t.total_cents()),
-    ];
-    Ok(RecordBatch::try_new(arrow_schema(), cols)?)
-}
-
-/// One CSV line for COPY ... (FORMAT csv), timestamps in UTC.
-pub fn csv_line(t: &Trip, out: &mut String) {
-    use std::fmt::Write;
-    let money = |c: i64| format!("{}.{:02}", c / 100, c % 100);
-    let _ = writeln!(
-        out,
-        "{},{},{},{},{},{},{},{},{},{},{},{}",
-        t.vendor_id,
-        timestamp_text(t.pickup_us),
-        timestamp_text(t.dropoff_us),
-        t.passenger_count,
-        money(t.distance_cents),
-        t.pickup_location,
-        t.dropoff_location,
-        t.payment,
-        t.flag,
-        money(t.fare_cents),
-        money(t.tip_cents),
-        money(t.total_cents())
-    );
 }
 
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -293,39 +199,6 @@ fn add_array(c: &mut Checksum, first_row: u64, col: usize, a: &dyn Array) -> Res
     Ok(())
 }
 
-/// The checksum of the first `n` rows, straight from the generator.
-pub fn expected(seed: u64, n: u64) -> Checksum {
-    let mut c = Checksum::default();
-    for r in 0..n {
-        let t = trip(seed, r);
-        // The columns in their table order (COLUMNS).
-        let ints = [
-            (0, t.vendor_id),
-            (3, t.passenger_count),
-            (5, t.pickup_location),
-            (6, t.dropoff_location),
-        ];
-        for (col, v) in ints {
-            c.int(r, col, i64::from(v));
-        }
-        c.micros(r, 1, t.pickup_us);
-        c.micros(r, 2, t.dropoff_us);
-        let money = [
-            (4, t.distance_cents),
-            (9, t.fare_cents),
-            (10, t.tip_cents),
-            (11, t.total_cents()),
-        ];
-        for (col, v) in money {
-            c.float(r, col, cents_f64(v));
-        }
-        c.text(r, 7, t.payment.as_bytes());
-        c.text(r, 8, t.flag.as_bytes());
-        c.rows += 1;
-    }
-    c
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,19 +215,5 @@ mod tests {
             let (y, m, dd) = civil_from_days(d);
             assert_eq!(days_from_civil(y, m, dd), d);
         }
-    }
-
-    #[test]
-    fn arrow_batch_checksum_equals_the_generator_one() {
-        let mut c = Checksum::default();
-        c.add_batch(&batch(5, 0, 700).unwrap()).unwrap();
-        c.add_batch(&batch(5, 700, 300).unwrap()).unwrap();
-        assert_eq!(c, expected(5, 1000));
-        assert_ne!(c, expected(6, 1000));
-        assert_eq!(trip(5, 10), trip(5, 10));
-        let mut line = String::new();
-        csv_line(&trip(5, 0), &mut line);
-        assert_eq!(line.matches(',').count(), 11);
-        assert!(line.contains("2015-01-01 00:00:0"));
     }
 }

@@ -25,6 +25,10 @@ pub struct FlightQueryParams {
     /// of a sweep so every point reads the same table.
     #[serde(default)]
     pub table_rows: Option<u64>,
+    /// The table's columns: "taxi" (the mix), "ints", "strings-short" or
+    /// "strings-long", at the same row counts.
+    #[serde(default = "default_query_columns")]
+    pub columns: String,
     #[serde(default = "default_query_clients")]
     pub clients: Vec<String>,
     /// Fetches per client within the job (one cluster, one load).
@@ -37,8 +41,12 @@ pub struct FlightQueryParams {
     pub timeout_seconds: u64,
 }
 
-/// The clients `testbed-flight query --clients` knows.
-pub use testbed_lines::flight::QUERY_CLIENTS;
+/// The clients and column sets `testbed-flight query` knows.
+pub use testbed_lines::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
+
+fn default_query_columns() -> String {
+    "taxi".into()
+}
 
 fn default_query_rows() -> u64 {
     100_000
@@ -59,6 +67,12 @@ impl FlightQueryParams {
             return Err(ParamError::new("table_rows", "must be at least 1"));
         }
         crate::workload::known_names("clients", "client", &self.clients, &QUERY_CLIENTS)?;
+        crate::workload::known_names(
+            "columns",
+            "column set",
+            std::slice::from_ref(&self.columns),
+            &QUERY_COLUMN_SETS,
+        )?;
         if self.repetitions == 0 {
             return Err(ParamError::new("repetitions", "must be at least 1"));
         }
@@ -86,6 +100,8 @@ pub fn run_query_with_binary(
         p.rows.to_string(),
         "--table-rows".into(),
         p.table_rows.unwrap_or(p.rows).to_string(),
+        "--columns".into(),
+        p.columns.clone(),
         "--clients".into(),
         p.clients.join(","),
         "--repetitions".into(),
@@ -100,6 +116,14 @@ pub fn run_query_with_binary(
     let lines: Vec<QueryLine> =
         run_client(bin, &args, Duration::from_secs(p.timeout_seconds.max(1)))?;
     record(p, &lines, ctx)
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The middle value (the upper one of an even count), as the figures take it.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Samples and summary from the measurement lines.
@@ -124,12 +148,32 @@ fn record(
             ("rows".to_string(), p.rows.to_string()),
         ]);
         ctx.emit_samples("query_seconds", "s", i as u32, &tags, &secs);
-        let mut sorted = secs.clone();
-        sorted.sort_by(f64::total_cmp);
-        s.insert(
-            format!("{client}_seconds"),
-            serde_json::json!(sorted[sorted.len() / 2]),
-        );
+        s.insert(format!("{client}_seconds"), serde_json::json!(median(secs)));
+        // CPU per GiB of the rows' values, per side, per repetition.
+        for (side, cpu) in [
+            ("client", (|l: &QueryLine| l.client_cpu_s) as fn(&QueryLine) -> Option<f64>),
+            ("server", |l: &QueryLine| l.server_cpu_s),
+        ] {
+            let per_gb: Vec<f64> = mine
+                .iter()
+                .filter(|l| l.value_bytes > 0)
+                .filter_map(|l| Some(cpu(l)? / (l.value_bytes as f64 / GIB)))
+                .collect();
+            if per_gb.len() != mine.len() {
+                s.insert(
+                    format!("{client}_{side}_cpu_unread"),
+                    serde_json::json!("the CPU time could not be read for every repetition"),
+                );
+                continue;
+            }
+            let mut side_tags = tags.clone();
+            side_tags.insert("side".into(), side.into());
+            ctx.emit_samples("cpu_s_per_gb", "s/GiB", i as u32, &side_tags, &per_gb);
+            s.insert(
+                format!("{client}_{side}_cpu_s_per_gb"),
+                serde_json::json!(median(per_gb)),
+            );
+        }
         if let Some(c) = mine.first() {
             s.insert(format!("{client}_checksum"), c.checksum.clone());
             s.insert("rows_fetched".into(), serde_json::json!(c.rows));
@@ -168,6 +212,7 @@ impl crate::workload::WorkloadParams for FlightQueryParams {
         use crate::workload::MetricInfo as M;
         vec![
             M::raw("query_seconds", "s", &["client"]),
+            M::raw("cpu_s_per_gb", "s/GiB", &["client", "side"]),
             M::summary("rows", "", &[]),
         ]
     }
@@ -196,6 +241,11 @@ mod tests {
             (100_000, 10, 65_536)
         );
         assert!(p.validate().is_ok());
+        assert_eq!(p.columns, "taxi");
+        let e = q(serde_json::json!({"columns": "blobs"}))
+            .validate()
+            .unwrap_err();
+        assert!(e.field == "columns" && e.reason.contains("blobs"), "{e}");
         let bad = q(serde_json::json!({"clients": ["odbc-row", "jdbc"]}));
         let e = bad.validate().unwrap_err();
         assert!(e.field == "clients" && e.reason.contains("jdbc"), "{e}");
@@ -213,6 +263,7 @@ mod tests {
         let p = FlightQueryParams {
             rows: 2000,
             table_rows: Some(3000),
+            columns: "strings-short".into(),
             clients: vec![
                 "tokio-postgres".into(),
                 "flight-sql-rows".into(),
@@ -237,11 +288,30 @@ mod tests {
         assert_eq!(s["tokio-postgres_checksum"], s["flight-sql-parquet_checksum"]);
         assert!(s["tokio-postgres_checksum"]["strings"].is_u64(), "{s:?}");
         let chunks = sink.0.lock().unwrap();
-        assert_eq!(chunks.len(), 4);
-        assert!(
-            chunks
-                .iter()
-                .all(|c| c.metric == "query_seconds" && c.values.len() == 2)
-        );
+        // Time, and CPU per GiB on both sides, for every client.
+        assert_eq!(chunks.len(), 4 * 3, "{chunks:?}");
+        assert!(chunks.iter().all(|c| c.values.len() == 2));
+        let cpu: Vec<_> = chunks
+            .iter()
+            .filter(|c| c.metric == "cpu_s_per_gb")
+            .collect();
+        assert_eq!(cpu.len(), 8);
+        let per_gb = |client: &str, side: &str| {
+            s[&format!("{client}_{side}_cpu_s_per_gb")]
+                .as_f64()
+                .unwrap_or(-1.0)
+        };
+        for client in ["tokio-postgres", "flight-sql", "flight-sql-rows", "flight-sql-parquet"] {
+            // Threads are read in ns: every client shows some CPU.
+            assert!(per_gb(client, "client") > 0.0, "{client}: {s:?}");
+            // PostgreSQL's processes are read in 10 ms ticks, which a
+            // backend serving 2000 rows may not fill; the Flight SQL
+            // servers' own threads (ns) always show some.
+            let server = per_gb(client, "server");
+            match client {
+                "tokio-postgres" => assert!(server >= 0.0, "{s:?}"),
+                _ => assert!(server > 0.0, "{client}: {s:?}"),
+            }
+        }
     }
 }
