@@ -52,6 +52,10 @@ pub enum FlightCommand {
     PyBench(BenchArgs),
     /// Query comparison: PostgreSQL via ODBC (row, block), libpq, Flight SQL.
     Query(crate::query::QueryArgs),
+    /// Ingest: the same rows written into PostgreSQL by Flight SQL bulk
+    /// ingest (ours and ADBC's), binary COPY, batched INSERT and psqlODBC
+    /// array inserts; each table checked against the generator.
+    Ingest(crate::ingest::IngestArgs),
     /// The query comparison's Flight SQL server on its own (a fresh
     /// PostgreSQL with the taxi table), for any Flight SQL client; prints
     /// its address as JSON and serves until stdin closes, SIGINT or SIGTERM.
@@ -206,6 +210,7 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
         }
         FlightCommand::PyBench(args) => crate::pyarrow::bench_cli(&args),
         FlightCommand::Query(args) => crate::query::run_cli(&args),
+        FlightCommand::Ingest(args) => crate::ingest::run_cli(&args),
         FlightCommand::SqlServe(args) => crate::query::serve::run_cli(&args),
         FlightCommand::GenomicsServe(args) => crate::genomics::cli::serve(args),
         FlightCommand::GenomicsSend(args) => crate::genomics::cli::send(args),

@@ -27,6 +27,7 @@ pub mod cpu;
 pub mod data;
 pub mod error;
 pub mod genomics;
+pub mod ingest;
 pub mod lines;
 pub mod private;
 pub mod pyarrow;

@@ -157,6 +157,37 @@ pub const QUERY_CLIENTS: [&str; 10] = [
     "datafusion-pgwire-odbc-block",
 ];
 
+/// One line of `ingest --json`: one client writing N rows into the engine
+/// once, its time from connect to the last row committed, and whether the
+/// table then held exactly the generated rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestLine<Client = String> {
+    pub client: Client,
+    /// Rows written (asked for).
+    pub rows: u64,
+    pub repetition: u32,
+    pub seconds: f64,
+    /// The client reported all rows written, and the table's rows, sorted
+    /// on every column, have the checksum of the generator's sorted the
+    /// same way (row count included).
+    pub matches: bool,
+    /// Bytes of the rows' values as Arrow holds them (see [`QueryLine`]).
+    pub value_bytes: u64,
+    /// CPU seconds of the client and of the server side (PostgreSQL's
+    /// processes, and our Flight SQL server's threads) during the write.
+    pub client_cpu_s: Option<f64>,
+    pub server_cpu_s: Option<f64>,
+}
+
+/// The names of `ingest --clients` (`ingest::IngestClient` serialised).
+pub const INGEST_CLIENTS: [&str; 5] = [
+    "flight-sql-ingest",
+    "adbc-ingest",
+    "copy-binary",
+    "insert-batched",
+    "odbc-array",
+];
+
 /// The names of `query --columns` (`query::columns::ColumnSet`).
 pub const QUERY_COLUMN_SETS: [&str; 4] = ["taxi", "ints", "strings-short", "strings-long"];
 

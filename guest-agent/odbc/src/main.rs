@@ -6,6 +6,8 @@
 //! seconds from connect to the last row (process start not counted, the
 //! same span as the in-process clients of `testbed-flight query`).
 
+mod insert;
+
 use std::sync::OnceLock;
 
 use odbc_api::buffers::{AnySlice, BufferDesc, ColumnarAnyBuffer};
@@ -242,17 +244,50 @@ enum Cli {
         #[arg(long, default_value_t = 64)]
         max_text_bytes: usize,
     },
+    /// Insert a CSV file's rows into TABLE with bound parameter arrays;
+    /// print {"rows": …, "seconds": …, "cpu_s": …} (connect to commit).
+    Insert {
+        #[arg(long)]
+        table: String,
+        #[arg(long)]
+        csv: String,
+        /// The columns' types, in order: int, float, timestamp or text.
+        #[arg(long)]
+        types: String,
+        /// Rows per execute (the parameter arrays' length).
+        #[arg(long, default_value_t = 1000)]
+        batch_rows: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
-    let Cli::Fetch {
-        sql,
-        mode,
-        batch_rows,
-        max_text_bytes,
-    } = <Cli as clap::Parser>::parse();
+    let cli = <Cli as clap::Parser>::parse();
     let conn = std::env::var(CONN_ENV)
         .map_err(|_| anyhow::anyhow!("${CONN_ENV} must hold the ODBC connection string"))?;
+    let (sql, mode, batch_rows, max_text_bytes) = match cli {
+        Cli::Fetch {
+            sql,
+            mode,
+            batch_rows,
+            max_text_bytes,
+        } => (sql, mode, batch_rows, max_text_bytes),
+        Cli::Insert {
+            table,
+            csv,
+            types,
+            batch_rows,
+        } => {
+            let kinds = insert::Kind::parse_list(&types)?;
+            let done = insert::insert(&conn, &table, &csv, &kinds, batch_rows)?;
+            let line = serde_json::json!({
+                "rows": done.rows,
+                "seconds": done.seconds,
+                "cpu_s": done.cpu_s,
+            });
+            println!("{line}");
+            return Ok(());
+        }
+    };
     let started = std::time::Instant::now();
     let cpu_before = process_cpu_s();
     let checksum = match mode.as_str() {

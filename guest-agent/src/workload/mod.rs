@@ -44,6 +44,8 @@ registry::workloads! {
         FlightQuery(FlightQueryParams) = "flight-query",
         /// ArrowSAM regions moved by DoPut vs as BAM, then sorted and marked per region.
         FlightGenomics(FlightGenomicsParams) = "flight-genomics",
+        /// The same rows written into PostgreSQL by Flight SQL bulk ingest, COPY, INSERT, ODBC arrays.
+        FlightIngest(FlightIngestParams) = "flight-ingest",
     }
     mod asam {
         /// Sort + mark duplicates: Picard, Sambamba, samtools, ArrowSAM, via testbed-asam.

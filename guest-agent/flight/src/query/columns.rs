@@ -224,6 +224,56 @@ impl ColumnSet {
         bytes
     }
 
+    /// `ORDER BY` every column in table order: a table written by another
+    /// path may hold its rows in any order, and sorted on every column both
+    /// it and the generator give one order (text compared bytewise, as
+    /// the cluster's C locale does).
+    pub fn order_by_every_column(self) -> String {
+        let names: Vec<String> = self.columns().into_iter().map(|c| c.0).collect();
+        format!("ORDER BY {}", names.join(", "))
+    }
+
+    /// The checksum of the first `n` rows sorted as
+    /// [`Self::order_by_every_column`] sorts them.
+    pub fn expected_sorted(self, seed: u64, n: u64) -> Checksum {
+        #[derive(PartialEq, Eq, PartialOrd, Ord)]
+        enum Owned {
+            Int(i32),
+            Micros(i64),
+            Cents(i64),
+            Text(String),
+        }
+        let mut rows: Vec<Vec<Owned>> = Vec::with_capacity(n as usize);
+        let mut text = String::new();
+        for row in 0..n {
+            let mut r = Vec::new();
+            self.visit_row(seed, row, &mut text, |_, v| {
+                r.push(match v {
+                    Value::Int(i) => Owned::Int(i),
+                    Value::Micros(us) => Owned::Micros(us),
+                    Value::Cents(c) => Owned::Cents(c),
+                    Value::Text(s) => Owned::Text(s.to_string()),
+                })
+            });
+            rows.push(r);
+        }
+        rows.sort();
+        let mut c = Checksum::default();
+        for (row, values) in rows.iter().enumerate() {
+            let row = row as u64;
+            for (col, v) in values.iter().enumerate() {
+                match v {
+                    Owned::Int(i) => c.int(row, col, i64::from(*i)),
+                    Owned::Micros(us) => c.micros(row, col, *us),
+                    Owned::Cents(cents) => c.float(row, col, *cents as f64 / 100.0),
+                    Owned::Text(s) => c.text(row, col, s.as_bytes()),
+                }
+            }
+            c.rows += 1;
+        }
+        c
+    }
+
     /// The checksum of the first `n` rows, straight from the generator.
     pub fn expected(self, seed: u64, n: u64) -> Checksum {
         let mut c = Checksum::default();

@@ -155,24 +155,24 @@ impl QueryReport {
 
 /// Where the run's files go: the directory the user chose, or a private
 /// temporary one (mode 0700) removed on drop.
-enum RunDir {
+pub(crate) enum RunDir {
     Chosen(PathBuf),
     Private(tempfile::TempDir),
 }
 
 impl RunDir {
-    fn new(chosen: Option<&PathBuf>) -> Result<RunDir> {
+    pub(crate) fn new(chosen: Option<&PathBuf>, prefix: &str) -> Result<RunDir> {
         Ok(match chosen {
             Some(p) => {
                 std::fs::create_dir_all(p)
                     .map_err(|e| FlightError::io(format!("create {}", p.display()), e))?;
                 RunDir::Chosen(p.clone())
             }
-            None => RunDir::Private(crate::private::tempdir("testbed-flight-query-")?),
+            None => RunDir::Private(crate::private::tempdir(prefix)?),
         })
     }
 
-    fn path(&self) -> &std::path::Path {
+    pub(crate) fn path(&self) -> &std::path::Path {
         match self {
             RunDir::Chosen(p) => p,
             RunDir::Private(d) => d.path(),
@@ -264,7 +264,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     if a.rows.is_empty() || table_rows == 0 {
         return Err(FlightError::Param("--rows needs at least one N > 0".into()));
     }
-    let dir = RunDir::new(a.run_dir.as_ref())?;
+    let dir = RunDir::new(a.run_dir.as_ref(), "testbed-flight-query-")?;
     let rt = crate::cli::named_runtime(Some(2), charge::CLIENT_THREADS)
         .map_err(|e| FlightError::Other(e.to_string()))?;
     // PostgreSQL only when a client reads it (the DataFusion and Parquet

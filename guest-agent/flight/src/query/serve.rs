@@ -69,7 +69,7 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let dir = super::RunDir::new(a.run_dir.as_ref())?;
+    let dir = super::RunDir::new(a.run_dir.as_ref(), "testbed-flight-query-")?;
     // PostgreSQL only for its own source.
     let mut pg = match a.source {
         SourceKind::Postgres => Some(pg::PgCluster::start(dir.path())?),

@@ -28,8 +28,8 @@ use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    CommandStatementIngest, CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
@@ -410,6 +410,33 @@ impl FlightSqlService for SqlService {
             .sql_and_params(&cmd.prepared_statement_handle)?;
         let (schema, batches) = self.batches(sql, params).await?;
         Ok(Response::new(encode(schema, batches)))
+    }
+
+    /// Bulk ingest into PostgreSQL: the batches go in with binary COPY,
+    /// appended to an existing table (the only table options offered).
+    async fn do_put_statement_ingest(
+        &self,
+        cmd: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> std::result::Result<i64, Status> {
+        let Source::Postgres(pg) = &self.source else {
+            return Err(Status::unimplemented(
+                "bulk ingest is served over PostgreSQL only (this source is read-only)",
+            ));
+        };
+        super::super::ingest::ingest_options(&cmd)?;
+        let data = request
+            .into_inner()
+            .map_err(|s| AfError::Tonic(Box::new(s)));
+        let batches = FlightRecordBatchStream::new_from_flight_data(data)
+            .map_err(|e| FlightError::Other(format!("ingest stream: {e}")));
+        let rows = super::super::ingest::pgcopy::copy_in(&pg.client, &cmd.table, batches)
+            .await
+            .map_err(|e| match e {
+                FlightError::Param(m) => Status::invalid_argument(m),
+                other => Status::internal(other.to_string()),
+            })?;
+        i64::try_from(rows).map_err(internal)
     }
 
     async fn do_action_close_prepared_statement(

@@ -7,10 +7,13 @@
 //!   client's stream and summary lines turned into samples.
 //! - `flight-query` (query.rs): the row protocols vs Flight SQL comparison.
 //! - `flight-genomics` (genomics.rs): ArrowSAM regions by DoPut vs BAM.
+//! - `flight-ingest` (ingest.rs): the same rows written into PostgreSQL by
+//!   Flight SQL bulk ingest, COPY, batched INSERT and ODBC arrays.
 //! - process.rs: the server child, certificates, the loopback interface.
 
 mod bulk;
 mod genomics;
+mod ingest;
 mod link;
 mod process;
 mod query;
@@ -20,6 +23,7 @@ pub use bulk::{
     Compression, FlightBulkParams, Operation, Role, Transport, record, run, run_with_binary,
 };
 pub use genomics::{FlightGenomicsParams, PIPELINES};
+pub use ingest::{FlightIngestParams, INGEST_CLIENTS};
 pub use process::ensure_loopback_up;
 pub use query::{FlightQueryParams, QUERY_CLIENTS, run_query, run_query_with_binary};
 
@@ -69,6 +73,59 @@ impl Scratch {
 
     fn path(&self) -> &Path {
         self.0.path()
+    }
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The middle value (the upper one of an even count), as the figures take it.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One repetition's CPU, as a query or ingest line reports it.
+struct CpuSpent {
+    value_bytes: u64,
+    client_s: Option<f64>,
+    server_s: Option<f64>,
+}
+
+/// CPU seconds per GiB of the rows' values on each side, one sample per
+/// repetition (raw `cpu_s_per_gb`, tags + `side`) and their median
+/// (`<client>_<side>_cpu_s_per_gb`); a side that could not be read for
+/// every repetition says so in `<client>_<side>_cpu_unread` instead.
+fn record_cpu_per_gb(
+    ctx: &crate::workload::JobContext,
+    s: &mut crate::workload::Summary,
+    client: &str,
+    stream: u32,
+    tags: &std::collections::BTreeMap<String, String>,
+    spent: &[CpuSpent],
+) {
+    for side in ["client", "server"] {
+        let per_gb: Vec<f64> = spent
+            .iter()
+            .filter(|c| c.value_bytes > 0)
+            .filter_map(|c| {
+                let cpu = if side == "client" { c.client_s } else { c.server_s };
+                Some(cpu? / (c.value_bytes as f64 / GIB))
+            })
+            .collect();
+        if per_gb.is_empty() || per_gb.len() != spent.len() {
+            s.insert(
+                format!("{client}_{side}_cpu_unread"),
+                serde_json::json!("the CPU time could not be read for every repetition"),
+            );
+            continue;
+        }
+        let mut side_tags = tags.clone();
+        side_tags.insert("side".into(), side.into());
+        ctx.emit_samples("cpu_s_per_gb", "s/GiB", stream, &side_tags, &per_gb);
+        s.insert(
+            format!("{client}_{side}_cpu_s_per_gb"),
+            serde_json::json!(median(per_gb)),
+        );
     }
 }
 

@@ -12,7 +12,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use testbed_lines::flight::QueryLine;
 
-use super::{Scratch, default_timeout, other, require_binary, run_client};
+use super::{
+    CpuSpent, Scratch, default_timeout, median, other, record_cpu_per_gb, require_binary,
+    run_client,
+};
 use crate::workload::{JobContext, ParamError, Summary, WorkloadError, defaults, registry};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,14 +121,6 @@ pub fn run_query_with_binary(
     record(p, &lines, ctx)
 }
 
-const GIB: f64 = (1u64 << 30) as f64;
-
-/// The middle value (the upper one of an even count), as the figures take it.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// Samples and summary from the measurement lines.
 fn record(
     p: &FlightQueryParams,
@@ -149,31 +144,15 @@ fn record(
         ]);
         ctx.emit_samples("query_seconds", "s", i as u32, &tags, &secs);
         s.insert(format!("{client}_seconds"), serde_json::json!(median(secs)));
-        // CPU per GiB of the rows' values, per side, per repetition.
-        for (side, cpu) in [
-            ("client", (|l: &QueryLine| l.client_cpu_s) as fn(&QueryLine) -> Option<f64>),
-            ("server", |l: &QueryLine| l.server_cpu_s),
-        ] {
-            let per_gb: Vec<f64> = mine
-                .iter()
-                .filter(|l| l.value_bytes > 0)
-                .filter_map(|l| Some(cpu(l)? / (l.value_bytes as f64 / GIB)))
-                .collect();
-            if per_gb.len() != mine.len() {
-                s.insert(
-                    format!("{client}_{side}_cpu_unread"),
-                    serde_json::json!("the CPU time could not be read for every repetition"),
-                );
-                continue;
-            }
-            let mut side_tags = tags.clone();
-            side_tags.insert("side".into(), side.into());
-            ctx.emit_samples("cpu_s_per_gb", "s/GiB", i as u32, &side_tags, &per_gb);
-            s.insert(
-                format!("{client}_{side}_cpu_s_per_gb"),
-                serde_json::json!(median(per_gb)),
-            );
-        }
+        let cpu: Vec<CpuSpent> = mine
+            .iter()
+            .map(|l| CpuSpent {
+                value_bytes: l.value_bytes,
+                client_s: l.client_cpu_s,
+                server_s: l.server_cpu_s,
+            })
+            .collect();
+        record_cpu_per_gb(ctx, &mut s, client, i as u32, &tags, &cpu);
         if let Some(c) = mine.first() {
             s.insert(format!("{client}_checksum"), c.checksum.clone());
             s.insert("rows_fetched".into(), serde_json::json!(c.rows));

@@ -1089,6 +1089,8 @@ direction = "increasing"
             "flight-query",
             "flight-datafusion",
             "flight-genomics",
+            "flight-query-types",
+            "flight-ingest",
             "smoke-latency",
         ] {
             assert!(defs.contains_key(id), "no definition for {id}");
