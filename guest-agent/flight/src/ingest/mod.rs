@@ -77,7 +77,8 @@ pub struct IngestArgs {
     pub repetitions: u32,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Rows per Arrow batch sent (Flight SQL, COPY).
+    /// Rows per Arrow batch sent (Flight SQL, COPY), cut to at most 8 MiB
+    /// of values per batch.
     #[arg(long, default_value_t = 65_536)]
     pub batch_rows: usize,
     /// Rows per INSERT statement and per ODBC parameter array.
@@ -117,14 +118,27 @@ fn child_report(mut cmd: Command, what: &str) -> Result<ChildReport> {
         .map_err(|e| FlightError::Other(format!("{what} printed {:?}: {e}", done.stdout)))
 }
 
-/// The generated rows as batches of `batch_rows`.
+/// The most bytes of values (and string offsets) in one Arrow batch any
+/// ingest client sends: half the 16 MiB message limit the ADBC Flight SQL
+/// driver ships with, which refuses a larger batch before sending it
+/// (65 536 rows of long strings are 79 MB). Every client gets the same
+/// batches.
+const MAX_BATCH_BYTES: usize = 8 << 20;
+
+/// `batch_rows`, cut so that no batch of `columns` passes `MAX_BATCH_BYTES`.
+fn rows_per_batch(columns: ColumnSet, batch_rows: usize) -> usize {
+    let cap = (MAX_BATCH_BYTES / columns.max_row_bytes().max(1)).max(1);
+    batch_rows.clamp(1, cap)
+}
+
+/// The generated rows as batches of `batch_rows` (at most `MAX_BATCH_BYTES`).
 fn batches(
     columns: ColumnSet,
     seed: u64,
     rows: u64,
     batch_rows: usize,
 ) -> Result<Vec<RecordBatch>> {
-    let step = batch_rows.max(1) as u64;
+    let step = rows_per_batch(columns, batch_rows) as u64;
     (0..rows)
         .step_by(step as usize)
         .map(|start| columns.batch(seed, start, step.min(rows - start)))
@@ -409,4 +423,34 @@ pub fn run_cli(a: &IngestArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_batch_passes_the_adbc_drivers_message_limit() {
+        for columns in [
+            ColumnSet::Taxi,
+            ColumnSet::Ints,
+            ColumnSet::StringsShort,
+            ColumnSet::StringsLong,
+        ] {
+            let b = batches(columns, 1, 20_000, 65_536).unwrap();
+            assert_eq!(b.iter().map(|b| b.num_rows()).sum::<usize>(), 20_000);
+            for batch in &b {
+                let mut ipc = Vec::new();
+                let mut w =
+                    arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &batch.schema()).unwrap();
+                w.write(batch).unwrap();
+                w.finish().unwrap();
+                assert!(ipc.len() <= 16 << 20, "{columns:?}: {} bytes", ipc.len());
+            }
+        }
+        // Long strings are cut; integers keep the rows asked for.
+        assert!(rows_per_batch(ColumnSet::StringsLong, 65_536) < 10_000);
+        assert_eq!(rows_per_batch(ColumnSet::Ints, 65_536), 65_536);
+        assert_eq!(rows_per_batch(ColumnSet::Ints, 0), 1);
+    }
 }

@@ -94,6 +94,19 @@ impl ColumnSet {
         }
     }
 
+    /// The most bytes one row takes in an Arrow batch: fixed widths, and
+    /// text at its longest plus its 4-byte offset.
+    pub fn max_row_bytes(self) -> usize {
+        self.columns()
+            .iter()
+            .map(|(_, _, k)| match k {
+                Kind::Int => 4,
+                Kind::Timestamp | Kind::Float => 8,
+                Kind::Text => self.max_text_bytes() + 4,
+            })
+            .sum()
+    }
+
     /// Calls `f(column, value)` for every column of `row`, in table order.
     fn visit_row(
         self,
