@@ -159,10 +159,27 @@ pub fn named_runtime(
     threads: Option<usize>,
     name: &str,
 ) -> anyhow::Result<tokio::runtime::Runtime> {
+    named_runtime_on(threads, name, None)
+}
+
+/// [`named_runtime`] whose every thread starts pinned to `cpus` (checked
+/// beforehand: crate::pins).
+pub fn named_runtime_on(
+    threads: Option<usize>,
+    name: &str,
+    cpus: Option<Vec<usize>>,
+) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.enable_all().thread_name(name);
     if let Some(n) = threads {
         b.worker_threads(n.max(1));
+    }
+    if let Some(cpus) = cpus {
+        // The lists were checked against this process's CPUs, so this
+        // cannot fail but by a mask changed under the process.
+        b.on_thread_start(move || {
+            let _ = testbed_proc::affinity::pin_this_thread(&cpus);
+        });
     }
     b.build().context("starting the tokio runtime")
 }

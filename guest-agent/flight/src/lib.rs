@@ -29,6 +29,7 @@ pub mod error;
 pub mod genomics;
 pub mod ingest;
 pub mod lines;
+pub mod pins;
 pub mod private;
 pub mod pyarrow;
 pub mod query;

@@ -31,6 +31,7 @@ fn every_client_leaves_the_generated_table() {
             insert_rows: 400,
             run_dir: None,
             json: false,
+            pins: Default::default(),
         };
         let ms = ingest::run(&args).unwrap();
         assert_eq!(ms.len(), 5);

@@ -36,6 +36,7 @@ fn every_client_fetches_the_same_rows() {
         batch_rows: 4096,
         run_dir: Some(dir.path().to_path_buf()),
         json: false,
+        pins: Default::default(),
     };
     let r = query::run(&args).unwrap();
     assert_eq!(r.measurements.len(), 3 * args.clients.len());
@@ -70,6 +71,7 @@ fn every_client_fetches_every_column_set_alike() {
             batch_rows: 1000,
             run_dir: None,
             json: false,
+            pins: Default::default(),
         };
         let r = query::run(&args).unwrap();
         let want = columns.expected(7, 2500);
@@ -112,6 +114,7 @@ fn a_pre_created_run_dir_in_tmp_is_not_used() {
         batch_rows: 4096,
         run_dir: None,
         json: false,
+        pins: Default::default(),
     });
     let _ = std::fs::remove_dir_all(&planted);
     let left: Vec<_> = std::fs::read_dir(victim.path())
@@ -275,4 +278,41 @@ fn datafusion_serves_strings_as_utf8_not_views() {
         }
         assert_eq!(c, ColumnSet::StringsLong.expected(4, 200));
     });
+}
+
+/// Clients on one CPU and servers (ours and PostgreSQL) on another: the
+/// run still fetches equal rows, and this thread, which ran the clients,
+/// is left on the client's CPU.
+#[test]
+fn a_pinned_run_fetches_the_same_rows() {
+    let cpus = testbed_proc::affinity::this_thread_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("one CPU: nothing to pin apart");
+        return;
+    }
+    let r = query::run(&QueryArgs {
+        rows: vec![3000],
+        table_rows: Some(3000),
+        columns: ColumnSet::StringsShort,
+        clients: vec![
+            QueryClient::TokioPostgres,
+            QueryClient::FlightSql,
+            QueryClient::DatafusionFlightSql,
+        ],
+        repetitions: 1,
+        seed: 2,
+        batch_rows: 1000,
+        run_dir: None,
+        json: false,
+        pins: testbed_flight::pins::CpuPins {
+            client_cpus: Some(cpus[1].to_string()),
+            server_cpus: Some(cpus[0].to_string()),
+        },
+    })
+    .unwrap();
+    assert!(r.all_match());
+    assert_eq!(
+        testbed_proc::affinity::this_thread_cpus().unwrap(),
+        vec![cpus[1]]
+    );
 }

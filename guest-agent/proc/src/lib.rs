@@ -7,6 +7,8 @@
 //! from what it returns); [`Group`] holds a long-running one (a server) and
 //! stops its group on drop.
 
+pub mod affinity;
+
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};

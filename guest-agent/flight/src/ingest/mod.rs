@@ -91,6 +91,9 @@ pub struct IngestArgs {
     /// One JSON line per measurement instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Clients and servers on separate host CPUs.
+    #[command(flatten)]
+    pub pins: crate::pins::CpuPins,
 }
 
 pub type Measurement = testbed_lines::flight::IngestLine<IngestClient>;
@@ -256,13 +259,24 @@ pub fn run(a: &IngestArgs) -> Result<Vec<Measurement>> {
     if a.rows.is_empty() || a.rows.contains(&0) {
         return Err(FlightError::Param("--rows needs N > 0".into()));
     }
+    let pinned = a.pins.pinned()?;
     let dir = crate::query::RunDir::new(a.run_dir.as_ref(), "testbed-flight-ingest-")?;
     let dir_path = dir.path().to_path_buf();
-    let rt = crate::cli::named_runtime(Some(2), charge::CLIENT_THREADS)
-        .map_err(|e| FlightError::Other(e.to_string()))?;
-    let server_rt = crate::cli::named_runtime(None, charge::SERVER_THREADS)
-        .map_err(|e| FlightError::Other(e.to_string()))?;
-    let mut pg = pg::PgCluster::start(&dir_path)?;
+    // This thread runs the clients and starts the ODBC and ADBC ones.
+    crate::pins::pin_caller_as_client(pinned.as_ref())?;
+    let rt = crate::cli::named_runtime_on(
+        Some(2),
+        charge::CLIENT_THREADS,
+        pinned.as_ref().map(|p| p.client.clone()),
+    )
+    .map_err(|e| FlightError::Other(e.to_string()))?;
+    let server_rt = crate::cli::named_runtime_on(
+        None,
+        charge::SERVER_THREADS,
+        pinned.as_ref().map(|p| p.server.clone()),
+    )
+    .map_err(|e| FlightError::Other(e.to_string()))?;
+    let mut pg = crate::pins::as_server(pinned.as_ref(), || pg::PgCluster::start(&dir_path))??;
     let conn = pg.conn_string();
     let settings = TransportSettings::default();
     let cfg = ServerConfig {

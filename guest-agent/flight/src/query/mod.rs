@@ -130,6 +130,9 @@ pub struct QueryArgs {
     /// One JSON line per measurement instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Clients and servers on separate host CPUs.
+    #[command(flatten)]
+    pub pins: crate::pins::CpuPins,
 }
 
 /// One client fetching N rows once; `query --json` prints one per line
@@ -264,13 +267,22 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     if a.rows.is_empty() || table_rows == 0 {
         return Err(FlightError::Param("--rows needs at least one N > 0".into()));
     }
+    let pinned = a.pins.pinned()?;
     let dir = RunDir::new(a.run_dir.as_ref(), "testbed-flight-query-")?;
-    let rt = crate::cli::named_runtime(Some(2), charge::CLIENT_THREADS)
-        .map_err(|e| FlightError::Other(e.to_string()))?;
+    // This thread runs the clients and starts the ODBC ones.
+    crate::pins::pin_caller_as_client(pinned.as_ref())?;
+    let rt = crate::cli::named_runtime_on(
+        Some(2),
+        charge::CLIENT_THREADS,
+        pinned.as_ref().map(|p| p.client.clone()),
+    )
+    .map_err(|e| FlightError::Other(e.to_string()))?;
     // PostgreSQL only when a client reads it (the DataFusion and Parquet
     // clients read the Parquet file).
     let mut pg = match a.clients.iter().any(|c| c.reads_postgres()) {
-        true => Some(pg::PgCluster::start(dir.path())?),
+        true => Some(crate::pins::as_server(pinned.as_ref(), || {
+            pg::PgCluster::start(dir.path())
+        })??),
         false => None,
     };
     let conn = pg.as_ref().map(pg::PgCluster::conn_string);
@@ -288,8 +300,12 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     let parquet_seconds = t0.elapsed().as_secs_f64();
 
     // Flight SQL servers on their own runtime, as a separate server would be.
-    let server_rt = crate::cli::named_runtime(None, charge::SERVER_THREADS)
-        .map_err(|e| FlightError::Other(e.to_string()))?;
+    let server_rt = crate::cli::named_runtime_on(
+        None,
+        charge::SERVER_THREADS,
+        pinned.as_ref().map(|p| p.server.clone()),
+    )
+    .map_err(|e| FlightError::Other(e.to_string()))?;
     let settings = TransportSettings::default();
     let cfg = ServerConfig {
         addr: "127.0.0.1:0".parse()?,

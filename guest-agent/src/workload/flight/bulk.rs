@@ -168,6 +168,13 @@ pub struct FlightBulkParams {
     /// Seconds of each iperf3 direction.
     #[serde(default = "default_link_seconds")]
     pub link_seconds: u32,
+    /// Local role: the host CPUs of the client and of the server ("1",
+    /// "0,2-3"), both or neither, never one CPU in both; default unpinned.
+    /// The summary's `pinning` says where they ran.
+    #[serde(default)]
+    pub client_cpus: Option<String>,
+    #[serde(default)]
+    pub server_cpus: Option<String>,
 }
 
 fn default_link_seconds() -> u32 {
@@ -196,6 +203,13 @@ impl FlightBulkParams {
     }
 
     pub fn validate(&self) -> Result<(), ParamError> {
+        let pinned = super::pinning::parse(self.client_cpus.as_deref(), self.server_cpus.as_deref())?;
+        if pinned.is_some() && self.role != Role::Local {
+            return Err(ParamError::new(
+                "client_cpus",
+                "only the local role runs client and server here to pin",
+            ));
+        }
         if self.streams == 0 {
             return Err(ParamError::new("streams", "must be at least 1"));
         }
@@ -571,7 +585,10 @@ pub fn run_with_binary(
                 Implementation::Ours => &["serve", "--profile", p.profile.as_str()],
                 Implementation::Pyarrow => &["py-serve"],
             };
-            let mut server = ServerChild::start(&bin, serve, &addr, tls, start_timeout)?;
+            let pin = super::pinning::at_run(p.client_cpus.as_deref(), p.server_cpus.as_deref())?;
+            let mut server = super::pinning::on(pin.as_ref().map(|p| &p.server[..]), || {
+                ServerChild::start(&bin, serve, &addr, tls, start_timeout)
+            })??;
             let ca = tls_dir.join("ca.pem");
             let args = bench_args(p, &server.addr, p.tls.then_some(ca.as_path()), ctx.seed);
             // The server's CPU over the client's run: its start-up (for
@@ -579,13 +596,16 @@ pub fn run_with_binary(
             // untimed GetFlightInfo and one-batch warm-up are in, alike for
             // both servers.
             let server_cpu0 = super::process::group_cpu_s(server.child.id());
-            let lines = run_client(&bin, &args, timeout);
+            let lines = super::pinning::on(pin.as_ref().map(|p| &p.client[..]), || {
+                run_client(&bin, &args, timeout)
+            });
             let server_cpu = super::process::group_cpu_s(server.child.id())
                 .zip(server_cpu0)
                 .map(|(b, a)| b - a);
             server.stop();
-            let mut s = record(p, &lines?, ctx)?;
+            let mut s = record(p, &lines??, ctx)?;
             put_cpu_per_gb(&mut s, "server", server_cpu);
+            super::pinning::record(&mut s, pin.as_ref());
             Ok(s)
         }
         Role::Client => {
@@ -928,6 +948,33 @@ mod tests {
         assert!(s["mb_per_s"].as_f64().unwrap() > 0.0);
         assert!(s.contains_key("flight_batch_latency_p99_ns"));
         assert_eq!(s["settings"]["tcp_nodelay"], serde_json::json!(true));
+    }
+
+    #[test]
+    fn pinning_is_local_only_and_the_summary_says_where_both_ran() {
+        let field = |j: &str| params(j).validate().unwrap_err().field;
+        assert_eq!(field(r#"{"client_cpus":"1"}"#), "server_cpus");
+        assert_eq!(field(r#"{"client_cpus":"0-1","server_cpus":"1"}"#), "server_cpus");
+        assert_eq!(
+            field(r#"{"role":"client","address":"10.0.2.2:1","client_cpus":"1","server_cpus":"0"}"#),
+            "client_cpus"
+        );
+        let cpus = testbed_proc::affinity::this_thread_cpus().unwrap();
+        let (p, want) = match cpus.len() >= 2 {
+            true => (
+                params(&format!(
+                    r#"{{"records_per_stream":20000,"client_cpus":"{}","server_cpus":"{}"}}"#,
+                    cpus[1], cpus[0]
+                )),
+                format!("client {}, server {}", cpus[1], cpus[0]),
+            ),
+            false => (params(r#"{"records_per_stream":20000}"#), "not pinned".into()),
+        };
+        let (s, _) = run_with_real_binary(p);
+        assert_eq!(s["records"], serde_json::json!(20_000));
+        assert_eq!(s["pinning"], serde_json::json!(want));
+        // The agent's thread has its own mask back.
+        assert_eq!(testbed_proc::affinity::this_thread_cpus().unwrap(), cpus);
     }
 
     /// Needs pyarrow (`./x setup` installs it).

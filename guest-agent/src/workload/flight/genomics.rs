@@ -78,6 +78,13 @@ pub struct FlightGenomicsParams {
     pub link_seconds: u32,
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// Local role: the host CPUs of the client and of the server ("1",
+    /// "0,2-3"), both or neither, never one CPU in both; default unpinned.
+    /// The summary's `pinning` says where they ran.
+    #[serde(default)]
+    pub client_cpus: Option<String>,
+    #[serde(default)]
+    pub server_cpus: Option<String>,
 }
 
 fn default_bam_port() -> u16 {
@@ -127,6 +134,13 @@ impl FlightGenomicsParams {
     }
 
     pub fn validate(&self) -> Result<(), ParamError> {
+        let pinned = super::pinning::parse(self.client_cpus.as_deref(), self.server_cpus.as_deref())?;
+        if pinned.is_some() && self.role != Role::Local {
+            return Err(ParamError::new(
+                "client_cpus",
+                "only the local role runs sender and receiver here to pin",
+            ));
+        }
         if self.role != Role::Local && self.address.is_none() {
             return Err(ParamError::new(
                 "address",
@@ -290,10 +304,17 @@ pub fn run_with_binaries(
                 tuned: "127.0.0.1:0".into(),
                 bam: "127.0.0.1:0".into(),
             };
-            let (mut server, at) = start_receiver(bin, &any, p.threads)?;
-            let lines = send(bin, p, &sam, &at, timeout);
+            let pin = super::pinning::at_run(p.client_cpus.as_deref(), p.server_cpus.as_deref())?;
+            let (mut server, at) = super::pinning::on(pin.as_ref().map(|p| &p.server[..]), || {
+                start_receiver(bin, &any, p.threads)
+            })??;
+            let lines = super::pinning::on(pin.as_ref().map(|p| &p.client[..]), || {
+                send(bin, p, &sam, &at, timeout)
+            });
             server.stop();
-            record(p, &lines?, ctx)
+            let mut s = record(p, &lines??, ctx)?;
+            super::pinning::record(&mut s, pin.as_ref());
+            Ok(s)
         }
     }
 }

@@ -43,6 +43,13 @@ pub struct FlightIngestParams {
     pub insert_rows: u32,
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// The host CPUs of the clients and of the servers ("1", "0,2-3"),
+    /// both or neither, never one CPU in both; default unpinned. The
+    /// summary's `pinning` says where they ran.
+    #[serde(default)]
+    pub client_cpus: Option<String>,
+    #[serde(default)]
+    pub server_cpus: Option<String>,
 }
 
 fn default_rows() -> u64 {
@@ -63,6 +70,7 @@ fn default_insert_rows() -> u32 {
 
 impl FlightIngestParams {
     pub fn validate(&self) -> Result<(), ParamError> {
+        super::pinning::parse(self.client_cpus.as_deref(), self.server_cpus.as_deref())?;
         if self.rows == 0 {
             return Err(ParamError::new("rows", "must be at least 1"));
         }
@@ -96,7 +104,7 @@ pub fn run_ingest_with_binary(
     bin: &Path,
 ) -> Result<Summary, WorkloadError> {
     let scratch = Scratch::new(ctx.job_id)?;
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "ingest".into(),
         "--json".into(),
         "--rows".into(),
@@ -116,9 +124,13 @@ pub fn run_ingest_with_binary(
         "--run-dir".into(),
         scratch.path().display().to_string(),
     ];
+    let pin = super::pinning::at_run(p.client_cpus.as_deref(), p.server_cpus.as_deref())?;
+    args.extend(super::pinning::flags(pin.as_ref()));
     let lines: Vec<IngestLine> =
         run_client(bin, &args, Duration::from_secs(p.timeout_seconds.max(1)))?;
-    record(p, &lines, ctx)
+    let mut s = record(p, &lines, ctx)?;
+    super::pinning::record(&mut s, pin.as_ref());
+    Ok(s)
 }
 
 /// Samples and summary from the measurement lines.
@@ -207,6 +219,12 @@ mod tests {
     use crate::workload::{VecSink, Workload};
     use std::sync::Arc;
 
+    /// Two CPUs this test may use, if it has two.
+    fn two_cpus() -> Option<Vec<usize>> {
+        let cpus = testbed_proc::affinity::this_thread_cpus().unwrap();
+        (cpus.len() >= 2).then(|| cpus[..2].to_vec())
+    }
+
     fn q(j: serde_json::Value) -> FlightIngestParams {
         let mut j = j;
         j["kind"] = "flight-ingest".into();
@@ -245,6 +263,9 @@ mod tests {
             batch_rows: 1000,
             insert_rows: 300,
             timeout_seconds: 300,
+            // Clients and servers on separate CPUs where there are two.
+            client_cpus: two_cpus().map(|c| c[1].to_string()),
+            server_cpus: two_cpus().map(|c| c[0].to_string()),
         };
         let sink = Arc::new(VecSink::default());
         let ctx = JobContext {
@@ -255,6 +276,11 @@ mod tests {
         };
         let s = run_ingest_with_binary(&p, &ctx, &super::super::real_binary()).unwrap();
         assert_eq!(s["tables_match"], true);
+        let want = match two_cpus() {
+            Some(c) => format!("client {}, server {}", c[1], c[0]),
+            None => "not pinned".into(),
+        };
+        assert_eq!(s["pinning"], serde_json::json!(want));
         let chunks = sink.0.lock().unwrap();
         // Time, and CPU per GiB on both sides, for every client.
         assert_eq!(chunks.len(), 3 * 3, "{chunks:?}");

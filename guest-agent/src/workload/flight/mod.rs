@@ -10,11 +10,13 @@
 //! - `flight-ingest` (ingest.rs): the same rows written into PostgreSQL by
 //!   Flight SQL bulk ingest, COPY, batched INSERT and ODBC arrays.
 //! - process.rs: the server child, certificates, the loopback interface.
+//! - pinning.rs: client and server on separate host CPUs where a spec asks.
 
 mod bulk;
 mod genomics;
 mod ingest;
 mod link;
+mod pinning;
 mod process;
 mod query;
 

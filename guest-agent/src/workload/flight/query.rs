@@ -42,6 +42,13 @@ pub struct FlightQueryParams {
     pub batch_rows: u32,
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// The host CPUs of the clients and of the servers ("1", "0,2-3"),
+    /// both or neither, never one CPU in both; default unpinned. The
+    /// summary's `pinning` says where they ran.
+    #[serde(default)]
+    pub client_cpus: Option<String>,
+    #[serde(default)]
+    pub server_cpus: Option<String>,
 }
 
 /// The clients and column sets `testbed-flight query` knows.
@@ -63,6 +70,7 @@ fn default_batch_rows() -> u32 {
 
 impl FlightQueryParams {
     pub fn validate(&self) -> Result<(), ParamError> {
+        super::pinning::parse(self.client_cpus.as_deref(), self.server_cpus.as_deref())?;
         if self.rows == 0 {
             return Err(ParamError::new("rows", "must be at least 1"));
         }
@@ -96,7 +104,7 @@ pub fn run_query_with_binary(
     bin: &Path,
 ) -> Result<Summary, WorkloadError> {
     let scratch = Scratch::new(ctx.job_id)?;
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "query".into(),
         "--json".into(),
         "--rows".into(),
@@ -116,9 +124,13 @@ pub fn run_query_with_binary(
         "--run-dir".into(),
         scratch.path().display().to_string(),
     ];
+    let pin = super::pinning::at_run(p.client_cpus.as_deref(), p.server_cpus.as_deref())?;
+    args.extend(super::pinning::flags(pin.as_ref()));
     let lines: Vec<QueryLine> =
         run_client(bin, &args, Duration::from_secs(p.timeout_seconds.max(1)))?;
-    record(p, &lines, ctx)
+    let mut s = record(p, &lines, ctx)?;
+    super::pinning::record(&mut s, pin.as_ref());
+    Ok(s)
 }
 
 /// Samples and summary from the measurement lines.
@@ -252,6 +264,8 @@ mod tests {
             repetitions: 2,
             batch_rows: 1000,
             timeout_seconds: 300,
+            client_cpus: None,
+            server_cpus: None,
         };
         let sink = Arc::new(VecSink::default());
         let ctx = JobContext {
