@@ -74,6 +74,21 @@ pub fn pin_caller_as_client(p: Option<&Pinned>) -> Result<()> {
     }
 }
 
+/// The client runtime (threads named `name`, two workers) on the client's
+/// CPUs, after putting the calling thread there too
+/// ([`pin_caller_as_client`]).
+pub fn client_runtime(p: Option<&Pinned>, name: &str) -> Result<tokio::runtime::Runtime> {
+    pin_caller_as_client(p)?;
+    crate::cli::named_runtime_on(Some(2), name, p.map(|p| p.client.clone()))
+        .map_err(|e| FlightError::Other(e.to_string()))
+}
+
+/// The server runtime (threads named `name`) on the server's CPUs.
+pub fn server_runtime(p: Option<&Pinned>, name: &str) -> Result<tokio::runtime::Runtime> {
+    crate::cli::named_runtime_on(None, name, p.map(|p| p.server.clone()))
+        .map_err(|e| FlightError::Other(e.to_string()))
+}
+
 /// Runs `f` (which starts a server process) on the server's CPUs.
 pub fn as_server<T>(p: Option<&Pinned>, f: impl FnOnce() -> T) -> Result<T> {
     affinity::with_thread_pinned(p.map(|p| &p.server[..]), f)

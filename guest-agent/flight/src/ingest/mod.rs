@@ -263,19 +263,8 @@ pub fn run(a: &IngestArgs) -> Result<Vec<Measurement>> {
     let dir = crate::query::RunDir::new(a.run_dir.as_ref(), "testbed-flight-ingest-")?;
     let dir_path = dir.path().to_path_buf();
     // This thread runs the clients and starts the ODBC and ADBC ones.
-    crate::pins::pin_caller_as_client(pinned.as_ref())?;
-    let rt = crate::cli::named_runtime_on(
-        Some(2),
-        charge::CLIENT_THREADS,
-        pinned.as_ref().map(|p| p.client.clone()),
-    )
-    .map_err(|e| FlightError::Other(e.to_string()))?;
-    let server_rt = crate::cli::named_runtime_on(
-        None,
-        charge::SERVER_THREADS,
-        pinned.as_ref().map(|p| p.server.clone()),
-    )
-    .map_err(|e| FlightError::Other(e.to_string()))?;
+    let rt = crate::pins::client_runtime(pinned.as_ref(), charge::CLIENT_THREADS)?;
+    let server_rt = crate::pins::server_runtime(pinned.as_ref(), charge::SERVER_THREADS)?;
     let mut pg = crate::pins::as_server(pinned.as_ref(), || pg::PgCluster::start(&dir_path))??;
     let conn = pg.conn_string();
     let settings = TransportSettings::default();

@@ -270,13 +270,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     let pinned = a.pins.pinned()?;
     let dir = RunDir::new(a.run_dir.as_ref(), "testbed-flight-query-")?;
     // This thread runs the clients and starts the ODBC ones.
-    crate::pins::pin_caller_as_client(pinned.as_ref())?;
-    let rt = crate::cli::named_runtime_on(
-        Some(2),
-        charge::CLIENT_THREADS,
-        pinned.as_ref().map(|p| p.client.clone()),
-    )
-    .map_err(|e| FlightError::Other(e.to_string()))?;
+    let rt = crate::pins::client_runtime(pinned.as_ref(), charge::CLIENT_THREADS)?;
     // PostgreSQL only when a client reads it (the DataFusion and Parquet
     // clients read the Parquet file).
     let mut pg = match a.clients.iter().any(|c| c.reads_postgres()) {
@@ -300,12 +294,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     let parquet_seconds = t0.elapsed().as_secs_f64();
 
     // Flight SQL servers on their own runtime, as a separate server would be.
-    let server_rt = crate::cli::named_runtime_on(
-        None,
-        charge::SERVER_THREADS,
-        pinned.as_ref().map(|p| p.server.clone()),
-    )
-    .map_err(|e| FlightError::Other(e.to_string()))?;
+    let server_rt = crate::pins::server_runtime(pinned.as_ref(), charge::SERVER_THREADS)?;
     let settings = TransportSettings::default();
     let cfg = ServerConfig {
         addr: "127.0.0.1:0".parse()?,

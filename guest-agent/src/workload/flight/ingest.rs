@@ -15,7 +15,6 @@ use testbed_lines::flight::IngestLine;
 
 use super::{
     CpuSpent, Scratch, default_timeout, median, other, record_cpu_per_gb, require_binary,
-    run_client,
 };
 use crate::workload::{JobContext, ParamError, Summary, WorkloadError, defaults, registry};
 
@@ -104,7 +103,7 @@ pub fn run_ingest_with_binary(
     bin: &Path,
 ) -> Result<Summary, WorkloadError> {
     let scratch = Scratch::new(ctx.job_id)?;
-    let mut args: Vec<String> = vec![
+    let args: Vec<String> = vec![
         "ingest".into(),
         "--json".into(),
         "--rows".into(),
@@ -124,10 +123,13 @@ pub fn run_ingest_with_binary(
         "--run-dir".into(),
         scratch.path().display().to_string(),
     ];
-    let pin = super::pinning::at_run(p.client_cpus.as_deref(), p.server_cpus.as_deref())?;
-    args.extend(super::pinning::flags(pin.as_ref()));
-    let lines: Vec<IngestLine> =
-        run_client(bin, &args, Duration::from_secs(p.timeout_seconds.max(1)))?;
+    let (lines, pin) = super::pinning::run_pinned::<IngestLine>(
+        bin,
+        args,
+        Duration::from_secs(p.timeout_seconds.max(1)),
+        p.client_cpus.as_deref(),
+        p.server_cpus.as_deref(),
+    )?;
     let mut s = record(p, &lines, ctx)?;
     super::pinning::record(&mut s, pin.as_ref());
     Ok(s)

@@ -75,6 +75,20 @@ pub fn record(s: &mut Summary, p: Option<&Pinning>) {
     s.insert("pinning".into(), serde_json::json!(text));
 }
 
+/// Runs testbed-flight's query or ingest command `args` with the spec's
+/// CPU lists added, and gives its lines and the pinning for the summary.
+pub fn run_pinned<T: serde::de::DeserializeOwned>(
+    bin: &std::path::Path,
+    mut args: Vec<String>,
+    timeout: std::time::Duration,
+    client: Option<&str>,
+    server: Option<&str>,
+) -> Result<(Vec<T>, Option<Pinning>), WorkloadError> {
+    let pin = at_run(client, server)?;
+    args.extend(flags(pin.as_ref()));
+    Ok((super::run_client(bin, &args, timeout)?, pin))
+}
+
 /// testbed-flight's `--client-cpus`/`--server-cpus` for the query and ingest runs.
 pub fn flags(p: Option<&Pinning>) -> Vec<String> {
     match p {
