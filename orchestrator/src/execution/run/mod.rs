@@ -162,13 +162,19 @@ fn run_timed(
     opts: &RunOptions,
     progress: &mut dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let (mut loaded, plan) = check_spec(spec_path)?;
+    let (mut loaded, mut plan) = check_spec(spec_path)?;
     if let Some(e) = opts.executor {
-        // --executor slurm keeps the spec's executor for the tasks.
-        if e == ExecutorKind::Slurm && loaded.spec.experiment.executor != ExecutorKind::Slurm {
-            loaded.spec.slurm.task_executor = loaded.spec.experiment.executor;
+        if e == ExecutorKind::Slurm {
+            // --executor slurm keeps the spec's executor for the tasks,
+            // which check the spec for it when they start.
+            if loaded.spec.experiment.executor != ExecutorKind::Slurm {
+                loaded.spec.slurm.task_executor = loaded.spec.experiment.executor;
+            }
+            loaded.spec.experiment.executor = e;
+        } else {
+            crate::spec::set_executor(&mut loaded, e)?;
+            plan = crate::plan::plan(&loaded)?;
         }
-        loaded.spec.experiment.executor = e;
     }
     if opts.dry_run {
         return Err(dry_run::run(&loaded, spec_path, opts));

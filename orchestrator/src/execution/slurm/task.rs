@@ -69,7 +69,7 @@ pub fn run(
             "task {task}: the plan has no point {missing:?}"
         )));
     }
-    loaded.spec.experiment.executor = state.task_executor;
+    crate::spec::set_executor(&mut loaded, state.task_executor)?;
     let out = dir.task_dir(task);
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -199,6 +199,15 @@ fn backticked(msg: &str) -> Option<String> {
     Some(msg[start..start + len].to_string())
 }
 
+/// Runs the spec on `executor` instead of its own (`testbed run
+/// --executor`, a Slurm task's executor), checked again: what a spec may
+/// ask for depends on where it runs (a formatted device needs the VM, and
+/// on the host its mount point would be the host's own directory).
+pub fn set_executor(loaded: &mut LoadedSpec, executor: ExecutorKind) -> Result<(), SpecError> {
+    loaded.spec.experiment.executor = executor;
+    check_sections(loaded)
+}
+
 fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     check_experiment(loaded)?;
     check_vm(loaded)?;
@@ -462,6 +471,14 @@ threads = [1, 2]
             s.spec.devices[0].mount_point().as_deref(),
             Some("/mnt/scratch")
         );
+        // `testbed run --executor host` checks the spec again for the host,
+        // where /mnt/scratch would be the host's own directory.
+        let mut on_host = s.clone();
+        let e = set_executor(&mut on_host, ExecutorKind::Host).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("devices[0].filesystem"), "{e}");
+        assert!(e.message.contains("needs executor = \"qemu\""), "{e}");
+        let mut in_vm = s.clone();
+        set_executor(&mut in_vm, ExecutorKind::Qemu).unwrap();
 
         // mkfs.ext4 must come from somewhere.
         let e = err(&GOOD.replace("size = \"64M\"", fs));
