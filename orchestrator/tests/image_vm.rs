@@ -1,14 +1,15 @@
-//! The quick specs that run on the `bookworm-asam` guest image, as CI and
-//! `reproduce --quick` run them: `testbed run` boots the debian-cloud
-//! kernel with the image (built by mmdebstrap when not cached) and the
-//! Debian tools run inside the guest. ArrowSAM's format the scratch NVMe
-//! device as ext4 and run the tiny data set.
+//! The CI-size specs that run on the `bookworm-asam` guest image: `testbed
+//! run` boots the debian-cloud kernel with the image (built by mmdebstrap
+//! when not cached) and the Debian tools run inside the guest. ArrowSAM's
+//! format the scratch NVMe device as ext4 and run the tiny data set (the
+//! `*-tiny-vm` specs: `reproduce --quick` runs ArrowSAM's quick specs on
+//! the host); the Flight ones are the quick specs `reproduce --quick` runs.
 //!
-//! - asam-workflow-quick: all five placements; ArrowSAM's correctness
+//! - asam-workflow-tiny-vm: all five placements; ArrowSAM's correctness
 //!   gates against samtools sort and Picard MarkDuplicates must pass (and
 //!   the fused stage's against the staged stages'), and every placement
 //!   must end with the same records.
-//! - asam-preproc-quick: Picard, Sambamba, samtools, samblaster,
+//! - asam-preproc-tiny-vm: Picard, Sambamba, samtools, samblaster,
 //!   bamsormadup and ArrowSAM on the same SAM; the gates ran over every
 //!   record, the other tools' agreement with Picard is recorded, every
 //!   stage has its peak memory, and `testbed check` leaves a Picard claim
@@ -86,7 +87,10 @@ fn run_quick_spec_with(spec: &str, out: &Path, edits: &[(&str, &str)]) -> serde_
 #[ignore = "builds the bookworm-asam guest image (mmdebstrap, minutes cold) and boots a QEMU VM (minutes under TCG)"]
 fn the_quick_workflow_runs_every_placement_in_the_vm_and_passes_its_gates() {
     let dir = tempfile::tempdir().unwrap();
-    let m = run_quick_spec("arrowsam/asam-workflow-quick.toml", &dir.path().join("run"));
+    let m = run_quick_spec(
+        "arrowsam/asam-workflow-tiny-vm.toml",
+        &dir.path().join("run"),
+    );
     let points = m["points"].as_array().unwrap();
     assert_eq!(points.len(), 5, "{points:?}");
     let mut records = Vec::new();
@@ -134,10 +138,9 @@ fn the_quick_preproc_runs_every_tool_in_the_vm_and_gates_its_claims() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     // One repetition in one boot: this test checks that every tool runs
-    // and agrees, and that the claims are checked; reproduce --quick runs
-    // the spec as shipped.
+    // and agrees, and that the claims are checked.
     let m = run_quick_spec_with(
-        "arrowsam/asam-preproc-quick.toml",
+        "arrowsam/asam-preproc-tiny-vm.toml",
         &out,
         &[
             ("repetitions = 2\n", "repetitions = 1\n"),

@@ -18,7 +18,7 @@ pub fn unavailable(sysfs: &Path) -> Option<String> {
     let pmu = sysfs.join("bus/event_source/devices/cpu");
     if !pmu.exists() {
         return Some(format!(
-            "no hardware PMU ({} is missing: under QEMU TCG the guest has no performance counters)",
+            "no hardware PMU ({} is missing: a QEMU TCG guest, or a virtual machine without a virtual PMU, has no performance counters)",
             pmu.display()
         ));
     }
