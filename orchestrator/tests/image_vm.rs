@@ -243,7 +243,7 @@ fn the_query_comparison_runs_against_postgresql_and_datafusion_inside_the_guest(
     );
     assert_eq!(m["executor"], "qemu");
     let points = m["points"].as_array().unwrap();
-    assert_eq!(points.len(), 2, "{points:?}");
+    assert_eq!(points.len(), 1, "{points:?}");
     for p in points {
         assert_eq!(p["ok"], true, "{p}");
         let s = &p["summary"];
