@@ -242,6 +242,7 @@ fn pair(name: &str, p1: u32, p2: u32, q: char) -> [String; 2] {
 }
 
 #[test]
+#[ignore = "runs samtools sort and Picard MarkDuplicates as the gates' references (~6 s); ./x test runs it"]
 fn asam_bench_preproc_sorts_and_marks_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     let sam = dir.path().join("aligned.sam");

@@ -757,6 +757,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "simulates and aligns a data set with ART and bwa, then runs Picard (~8 s); ./x test runs it"]
     fn runs_prepare_and_bench_and_emits_tagged_stage_samples() {
         let data = tempfile::tempdir().unwrap();
         let p = params(serde_json::json!({
@@ -823,6 +824,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "simulates and aligns a data set with ART and bwa, then runs its tools (~8 s); ./x test runs it"]
     fn runs_the_paper_data_set_from_a_users_fastq_pair_and_reference() {
         // A user's files: one read group's FASTQ pair of a small generated
         // set and its reference, given by path like any user's.
@@ -899,6 +901,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "simulates and aligns a data set with ART and bwa (~4 s); ./x test runs it"]
     fn the_workdir_is_private_not_a_pre_created_one() {
         let data = tempfile::tempdir().unwrap();
         let victim = tempfile::tempdir().unwrap();

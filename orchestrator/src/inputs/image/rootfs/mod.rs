@@ -382,6 +382,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "resolves a recipe with apt and runs mmdebstrap against an unreachable mirror (~8 s); ./x test runs it"]
     fn a_failed_build_leaves_nothing_behind() {
         if !nix::unistd::geteuid().is_root() {
             return;
