@@ -143,26 +143,39 @@ fn ci_words(panels: &[&PanelData]) -> String {
     } else {
         format!("n = {lo}–{hi}")
     };
+    let over = if most_boots > 1 {
+        "over repetitions (the median of each boot's where a boot ran several)"
+    } else {
+        "over repetitions"
+    };
     let mut how = Vec::new();
-    if methods.contains(&CiMethod::Repetitions) {
-        how.push(if most_boots > 1 {
-            "over repetitions spread over boots (boots resampled first, then repetitions within each)"
-        } else {
-            "over repetitions"
-        });
+    let units: Vec<&str> = methods
+        .iter()
+        .filter_map(|m| match m {
+            CiMethod::Units(m) => Some(m.text()),
+            _ => None,
+        })
+        .collect();
+    if !units.is_empty() {
+        how.push(format!(
+            "95 % CI {over} by {} (order statistics from 6 repetitions, exact and \
+             distribution-free; Student t below, its coverage measured by `./x bench coverage`)",
+            units.join(" or ")
+        ));
     }
     if methods.contains(&CiMethod::Samples) {
-        how.push("over the raw samples of the one repetition");
+        how.push(format!(
+            "for a single repetition, the spread of its raw samples (percentile bootstrap, \
+             {RESAMPLES} resamples): how noisy its reads were, not a confidence interval \
+             across runs, and no claim is decided on it"
+        ));
     }
     let mut s = format!("Points: median over repetitions ({n} per point).");
     if !how.is_empty() {
-        s.push_str(&format!(
-            " Bars: 95 % CI by percentile bootstrap ({RESAMPLES} resamples, fixed seed) {}.",
-            how.join(", or ")
-        ));
+        s.push_str(&format!(" Bars: {}.", how.join("; ")));
     }
     if methods.contains(&CiMethod::None) {
-        s.push_str(" Points with a single value have no bar.");
+        s.push_str(" Points with a single value (or no spread) have no bar.");
     }
     s
 }

@@ -1,16 +1,21 @@
 //! `testbed compare RUN_A RUN_B`: per figure, panel, series and x, the
-//! change from A to B with its 95 % interval. The interval is a bootstrap of
-//! median(B) / median(A) − 1, each run's repetitions resampled on their own
-//! (two runs are independent measurements, whatever their point ids). A
-//! change is flagged when its whole interval lies beyond the minimum
-//! effect (default 5 %, `--min-effect`), as a claim holds only on its
-//! whole interval; it is a regression when it goes the panel's worse way
-//! (`y.better`). An interval that excludes no change but reaches inside
-//! the minimum effect is "below min effect" or "undecided".
-//! A change beyond the minimum effect must also pass an exact one-sided
-//! rank test (Mann–Whitney, boots as the units where the repetitions have
-//! them) at 5 % over all the values compared (Bonferroni); otherwise it
-//! "could be chance" ([`weigh`]).
+//! change from A to B with its 95 % interval: B / A − 1 from the two runs'
+//! units (repetitions, or boots where boots ran several) taken as
+//! independent measurements, whatever their point ids (`quantity.rs`:
+//! Welch's t on logarithms below six units a side, the distribution-free
+//! box from there). A change is flagged when its whole interval lies
+//! beyond the minimum effect (default 5 %, `--min-effect`), as a claim
+//! holds only on its whole interval; it is a regression when it goes the
+//! panel's worse way (`y.better`). An interval that excludes no change but
+//! reaches inside the minimum effect is "below min effect" or "undecided".
+//! Among many values some intervals miss by luck: a flagged change must
+//! also be a discovery of Benjamini–Hochberg at 5 % over the values
+//! compared (Welch's p on logarithms), else it "could be chance"
+//! ([`weigh`]). Unlike Bonferroni over exact rank tests (whose smallest p
+//! at three repetitions a side is 1/20), this leaves a large change at
+//! three repetitions decidable. Beside every value compare prints the
+//! smallest change its repetitions could detect (80 % of the time, at 5 %
+//! false alarms): "within noise" then says how much noise.
 //! A point needs two or more repetitions on both sides: one repetition's
 //! samples-based interval is no measure of run-to-run spread ("no
 //! interval"). Variation between boots is in the interval only as far as
@@ -31,7 +36,9 @@ use serde::Serialize;
 use super::def::{Better, FigureDef};
 use super::error::FigureError;
 use super::extract::{PanelData, Series, SeriesPoint, XKey, fmt_num};
-use super::stats::{self, Estimate, Rep, Spread};
+use super::interval;
+use super::quantity::{self, Shape};
+use super::stats::{Estimate, Rep};
 use super::{Figure, RunFigures, compute};
 use crate::calibrate;
 
@@ -95,9 +102,12 @@ pub struct Change {
     /// Its 95 % interval in percent, where both sides have one.
     pub change_lo_pct: Option<f64>,
     pub change_hi_pct: Option<f64>,
-    /// One-sided exact rank-test p-value of B's values lying beyond A's
-    /// the way the change goes (units: boots where repetitions have them).
+    /// Two-sided p-value of Welch's t on the logarithms of the two runs'
+    /// units (no change as the null).
     pub p: Option<f64>,
+    /// The smallest change (a fraction) these units would detect 80 % of
+    /// the time at 5 % false alarms: exp((t₀.₉₇₅ + t₀.₈₀)·se) − 1.
+    pub detectable: Option<f64>,
     pub flag: Flag,
 }
 
@@ -114,12 +124,9 @@ pub struct Comparison {
     pub host_b_ns: Option<f64>,
     /// B's host against A's: canary(B) / canary(A) − 1.
     pub host_shift: Option<f64>,
-    /// The p-value a decided change needs: 0.05 over the values compared
-    /// with an interval (Bonferroni).
+    /// The p-value a decided change needed: Benjamini–Hochberg's
+    /// threshold at 5 % over the values compared with an interval.
     pub max_p: Option<f64>,
-    /// Repetitions (or boots) per side that could decide a change at
-    /// `max_p`: the smallest n with 1 / C(2n, n) ≤ max_p.
-    pub units_needed: Option<usize>,
 }
 
 impl Comparison {
@@ -131,12 +138,12 @@ impl Comparison {
     }
 }
 
-/// 95 % interval of median(B) / median(A) − 1, the two points' repetitions
-/// resampled independently (ids dropped, so equal point ids of two runs
-/// are not taken for one repetition). None unless both points have two
-/// or more repetitions: one repetition's raw samples say how noisy its
-/// reads were, not how far another run lands (measured: two reproductions
-/// of one commit differed beyond such intervals at 70 of 1 012 values).
+/// 95 % interval of B / A − 1, the two points' units taken as independent
+/// (ids dropped, so equal point ids of two runs are not taken for one
+/// repetition). None unless both points have two or more units: one
+/// repetition's raw samples say how noisy its reads were, not how far
+/// another run lands (measured: two reproductions of one commit differed
+/// beyond such intervals at 70 of 1 012 values).
 pub fn change_interval(a: &SeriesPoint, b: &SeriesPoint) -> Option<(f64, f64)> {
     if a.reps.len() < 2 || b.reps.len() < 2 || a.est.value == 0.0 {
         return None;
@@ -144,10 +151,50 @@ pub fn change_interval(a: &SeriesPoint, b: &SeriesPoint) -> Option<(f64, f64)> {
     let unpaired =
         |p: &SeriesPoint| -> Vec<Rep> { p.reps.iter().map(|r| Rep { id: None, ..*r }).collect() };
     let (ra, rb) = (unpaired(a), unpaired(b));
-    let (sa, sb) = (Spread::Reps(&ra), Spread::Reps(&rb));
     let change = b.est.value / a.est.value - 1.0;
-    stats::joint_interval(&[sa, sb], |m| (m[0] != 0.0).then(|| m[1] / m[0] - 1.0))
-        .map(|(lo, hi)| (lo.min(change), hi.max(change)))
+    quantity::over(
+        &[&rb, &ra],
+        |m| (m[1] != 0.0).then(|| m[0] / m[1]),
+        Shape::Ratio,
+        interval::LEVEL,
+    )
+    .ok()
+    .map(|j| {
+        (
+            (j.interval.lo - 1.0).min(change),
+            (j.interval.hi - 1.0).max(change),
+        )
+    })
+}
+
+/// Welch's two-sided p of no change and the smallest detectable change,
+/// on the logarithms of the two points' units; None unless both have two
+/// or more positive units with some spread.
+pub fn welch_test(a: &SeriesPoint, b: &SeriesPoint) -> Option<(f64, f64)> {
+    let (ua, ub) = (interval::units(&a.reps), interval::units(&b.reps));
+    if ua.len() < 2 || ub.len() < 2 || ua.iter().chain(&ub).any(|v| *v <= 0.0) {
+        return None;
+    }
+    let logs = |v: &[f64]| -> (f64, f64, f64) {
+        let n = v.len() as f64;
+        let l: Vec<f64> = v.iter().map(|x| x.ln()).collect();
+        let m = l.iter().sum::<f64>() / n;
+        let var = l.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+        (m, var / n, n)
+    };
+    let (ma, va, na) = logs(&ua);
+    let (mb, vb, nb) = logs(&ub);
+    let se2 = va + vb;
+    if se2.is_nan() || se2 <= 0.0 {
+        return None;
+    }
+    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+    let t = (mb - ma) / se2.sqrt();
+    let p = 2.0 * (1.0 - interval::t_cdf(t.abs(), df));
+    let detectable =
+        ((interval::t_quantile(0.975, df) + interval::t_quantile(0.8, df)) * se2.sqrt()).exp()
+            - 1.0;
+    Some((p.clamp(0.0, 1.0), detectable))
 }
 
 /// The flag of a relative change (a fraction) from its interval, as a
@@ -203,7 +250,7 @@ fn series_changes(
                     f64::NAN
                 };
                 let interval = change_interval(pa, pb);
-                let p = interval.map(|_| rank_p(&units(&pa.reps), &units(&pb.reps), change > 0.0));
+                let test = interval.and_then(|_| welch_test(pa, pb));
                 out.changes.push(Change {
                     figure: fig.to_string(),
                     panel: panel.to_string(),
@@ -214,7 +261,8 @@ fn series_changes(
                     change_pct: change * 100.0,
                     change_lo_pct: interval.map(|i| i.0 * 100.0),
                     change_hi_pct: interval.map(|i| i.1 * 100.0),
-                    p,
+                    p: test.map(|t| t.0),
+                    detectable: test.map(|t| t.1),
                     // Chance and the host are weighed once every value is
                     // known (`compare`).
                     flag: flag(change, interval, better, out.min_effect),
@@ -351,55 +399,41 @@ pub fn compare(
     Ok(out)
 }
 
-/// The family-wide steps of the flags: a decided change whose rank test
-/// does not reach 0.05 over the number of values compared could be chance
-/// (a run of many values has some beyond their 95 % intervals by luck, and
-/// three repetitions a side can never be told from chance: their most
-/// extreme order has p = 1/20); then the host's own change of speed.
+/// The family-wide step of the flags: a decided change that is not a
+/// discovery of Benjamini–Hochberg at 5 % over the values compared could
+/// be chance (a run of many values has some beyond their 95 % intervals by
+/// luck).
 pub fn weigh(c: &mut Comparison) {
-    let m = c.changes.iter().filter(|ch| ch.p.is_some()).count();
+    let mut ps: Vec<f64> = c.changes.iter().filter_map(|ch| ch.p).collect();
+    ps.sort_by(f64::total_cmp);
+    let m = ps.len();
     if m > 0 {
-        let max_p = FAMILY_ALPHA / m as f64;
-        c.max_p = Some(max_p);
-        c.units_needed = (1..=200).find(|&n| 1.0 / binomial(2 * n, n) <= max_p);
+        // The largest p(i) ≤ i/m·α; every p up to it is a discovery.
+        let cut = ps
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, p)| **p <= (i + 1) as f64 / m as f64 * FAMILY_ALPHA)
+            .map(|(_, p)| *p)
+            .unwrap_or(0.0);
+        c.max_p = Some(cut);
     }
     for ch in &mut c.changes {
         let decided = matches!(
             ch.flag,
             Flag::Regression | Flag::Improvement | Flag::Changed
         );
-        if decided && ch.p.zip(c.max_p).is_some_and(|(p, max)| p > max) {
+        let discovered =
+            ch.p.zip(c.max_p)
+                .is_some_and(|(p, max)| p <= max && max > 0.0);
+        if decided && !discovered {
             ch.flag = Flag::Chance;
         }
     }
 }
 
-/// The family-wise error rate a comparison keeps: 5 %.
+/// The false discovery rate a comparison keeps: 5 %.
 pub const FAMILY_ALPHA: f64 = 0.05;
-
-/// The values a point's rank test compares: the median of each boot when
-/// its repetitions say which boot measured them (boots are the
-/// independent units), else each repetition.
-fn units(reps: &[Rep]) -> Vec<f64> {
-    if reps.iter().any(|r| r.boot.is_none()) {
-        return reps.iter().map(|r| r.value).collect();
-    }
-    let mut by_boot: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-    for r in reps {
-        by_boot
-            .entry(r.boot.unwrap_or(0))
-            .or_default()
-            .push(r.value);
-    }
-    by_boot
-        .into_values()
-        .filter_map(|v| stats::median(&v))
-        .collect()
-}
-
-fn binomial(n: usize, k: usize) -> f64 {
-    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
-}
 
 /// One-sided exact Mann–Whitney p-value: the chance, when A and B are
 /// draws of one distribution, that B's values lie at least as far beyond
@@ -499,6 +533,14 @@ pub fn render(c: &Comparison) -> String {
             (Some(l), Some(h)) => format!("{:+.1}% [{l:+.1}, {h:+.1}]", ch.change_pct),
             _ => format!("{:+.1}%", ch.change_pct),
         };
+        // "within noise" says how much noise: the change these
+        // repetitions could have detected.
+        let flag = match (ch.flag, ch.detectable) {
+            (Flag::Same | Flag::Undecided | Flag::BelowMinEffect, Some(d)) => {
+                format!("{} (could detect ≥ {:.1} %)", ch.flag.text(), d * 100.0)
+            }
+            _ => ch.flag.text().to_string(),
+        };
         let _ = writeln!(
             s,
             "  {:<28} {:>8}  {:<28} {:<28} {:>24}  {}",
@@ -507,7 +549,7 @@ pub fn render(c: &Comparison) -> String {
             show(&ch.a),
             show(&ch.b),
             change,
-            ch.flag.text()
+            flag
         );
     }
     for u in &c.unmatched {
@@ -528,12 +570,11 @@ pub fn render(c: &Comparison) -> String {
     if chance > 0 {
         let _ = writeln!(
             s,
-            "{chance} changes beyond the minimum effect could be chance: among {} values a change needs a rank-test p ≤ {} (5 % over them all); {}",
+            "{chance} changes beyond the minimum effect could be chance: not discoveries of Benjamini–Hochberg at 5 % among {} values (Welch p on logarithms; the largest p that was one: {})",
             c.changes.iter().filter(|ch| ch.p.is_some()).count(),
-            c.max_p.map_or("-".into(), |p| format!("{p:.2e}")),
-            c.units_needed.map_or(String::new(), |n| format!(
-                "{n} repetitions (or boots) a side could decide them"
-            ))
+            c.max_p
+                .filter(|p| *p > 0.0)
+                .map_or("none".into(), |p| format!("{p:.2e}")),
         );
     }
     s
@@ -581,7 +622,7 @@ mod tests {
             .collect();
         SeriesPoint {
             x: XKey::Num(1.0),
-            est: stats::estimate(values, None).unwrap(),
+            est: crate::figures::stats::estimate(values, None).unwrap(),
             reps,
         }
     }
@@ -642,18 +683,23 @@ mod tests {
         assert!((approx - exact).abs() < 0.01, "{approx} {exact}");
     }
 
-    /// A comparison of `m` values, each B 10 % above A with `n` repetitions
-    /// a side, none overlapping.
-    fn separated(m: usize, n: usize) -> Comparison {
-        let a: Vec<f64> = (0..n).map(|i| 100.0 + i as f64 * 0.1).collect();
-        let b: Vec<f64> = a.iter().map(|v| v * 1.1).collect();
+    /// A comparison of `m` values, each B `shift` above A with `n`
+    /// repetitions a side spread ±1 %, plus `nulls` values with no change.
+    fn family(m: usize, nulls: usize, n: usize, shift: f64) -> Comparison {
+        let a: Vec<f64> = (0..n)
+            .map(|i| 100.0 * (1.0 + 0.01 * ((i % 3) as f64 - 1.0)))
+            .collect();
+        let b: Vec<f64> = a.iter().map(|v| v * (1.0 + shift)).collect();
         let mut c = Comparison {
             min_effect: 0.05,
             ..Comparison::default()
         };
-        for i in 0..m {
-            let (pa, pb) = (point(&a), point(&b));
+        for i in 0..m + nulls {
+            let pa = point(&a);
+            let pb = if i < m { point(&b) } else { point(&a) };
+            let change = pb.est.value / pa.est.value - 1.0;
             let interval = change_interval(&pa, &pb);
+            let test = welch_test(&pa, &pb);
             c.changes.push(Change {
                 figure: "f".into(),
                 panel: "p".into(),
@@ -661,11 +707,12 @@ mod tests {
                 x: i.to_string(),
                 a: pa.est,
                 b: pb.est,
-                change_pct: 10.0,
+                change_pct: change * 100.0,
                 change_lo_pct: interval.map(|i| i.0 * 100.0),
                 change_hi_pct: interval.map(|i| i.1 * 100.0),
-                p: Some(rank_p(&units(&pa.reps), &units(&pb.reps), true)),
-                flag: flag(0.1, interval, Some(Better::Lower), 0.05),
+                p: test.map(|t| t.0),
+                detectable: test.map(|t| t.1),
+                flag: flag(change, interval, Some(Better::Lower), 0.05),
             });
         }
         weigh(&mut c);
@@ -673,19 +720,43 @@ mod tests {
     }
 
     #[test]
-    fn a_change_is_decided_only_where_its_repetitions_could_beat_chance_among_all_values() {
-        // Three repetitions a side: p ≥ 1/20 at best, never below 0.05 / 4.
-        let few = separated(4, 3);
-        assert!(few.changes.iter().all(|ch| ch.flag == Flag::Chance));
-        assert_eq!(few.units_needed, Some(5));
-        assert!(render(&few).contains("4 changes beyond the minimum effect could be chance"));
-        // Six a side: 1/924 ≤ 0.05 / 4, a regression at every value.
-        let six = separated(4, 6);
-        assert_eq!(six.regressions(), 4);
-        // Six a side among 271 values: 1/924 > 0.05 / 271; eight would do.
-        let many = separated(271, 6);
-        assert_eq!(many.regressions(), 0);
-        assert_eq!(many.units_needed, Some(8));
+    fn a_large_change_at_three_repetitions_is_decided_among_many_values() {
+        // Three repetitions a side, 20 % slower, among 271 values: Bonferroni
+        // over rank tests could never decide it (p ≥ 1/20); BH does.
+        let c = family(4, 267, 3, 0.2);
+        assert_eq!(c.regressions(), 4, "{}", render(&c));
+        assert!(c.changes[4..].iter().all(|ch| ch.flag == Flag::Same));
+        // Every unchanged value says what it could have detected.
+        assert!(render(&c).contains("within noise (could detect ≥ "));
+        let d = c.changes[10].detectable.unwrap();
+        assert!(d > 0.01 && d < 0.2, "{d}");
+    }
+
+    #[test]
+    fn a_change_that_is_not_a_discovery_among_all_values_could_be_chance() {
+        // Six a side, a 6 % change barely past its interval's 5 % bar:
+        // one such value among many null ones is not a discovery.
+        let a = point(&[100.0, 104.0, 96.0, 101.0, 99.0, 100.0]);
+        let b = point(&[109.0, 113.0, 105.0, 110.0, 108.0, 109.0]);
+        let (p, _) = welch_test(&a, &b).unwrap();
+        let mut c = family(0, 400, 3, 0.0);
+        c.changes.push(Change {
+            flag: Flag::Regression,
+            p: Some(p),
+            ..c.changes[0].clone()
+        });
+        weigh(&mut c);
+        assert_eq!(c.changes.last().unwrap().flag, Flag::Chance, "p {p}");
+        assert!(render(&c).contains("could be chance: not discoveries of Benjamini–Hochberg"));
+        // Alone, it is one.
+        let mut alone = family(0, 0, 3, 0.0);
+        alone.changes.push(Change {
+            flag: Flag::Regression,
+            p: Some(p),
+            ..c.changes[0].clone()
+        });
+        weigh(&mut alone);
+        assert_eq!(alone.regressions(), 1);
     }
 
     #[test]
@@ -716,6 +787,7 @@ mod tests {
                 hi: Some(101.0),
                 n: 1,
                 ci: CiMethod::Samples,
+                level: Some(0.95),
                 ..a.est
             },
             reps: a.reps[..1].to_vec(),

@@ -79,7 +79,7 @@ pub fn claims_table(rows: &[ClaimRow<'_>]) -> String {
         s.push_str("<th>run</th>");
     }
     s.push_str(
-        "<th>verdict</th><th>figure</th><th>claim</th><th>estimate [95 % interval] against bound</th><th>numbers it was decided on</th></tr>\n",
+        "<th>verdict</th><th>figure</th><th>claim</th><th>estimate [interval: confidence, method] against bound</th><th>numbers it was decided on</th></tr>\n",
     );
     for row in rows {
         let c = row.claim;

@@ -1,15 +1,18 @@
 //! Statistics of figures: per-repetition statistics, the median over
-//! repetitions with a 95 % percentile-bootstrap interval (fixed seed, so a
-//! redraw gives the same numbers), and least-squares fits for claims.
+//! repetitions with its interval (`interval.rs`: order statistics from
+//! six units, Student t below, each at the confidence it reaches), and
+//! least-squares fits for claims.
 //!
-//! Repetitions spread over boots are resampled hierarchically, as Kalibera
-//! and Jones recommend for benchmarks with variation at several levels:
-//! boots first (with replacement), then each drawn boot's repetitions
-//! (with replacement). Boot-to-boot drift is then in the interval, which a
-//! flat resample of repetitions from one boot cannot see. With one boot,
-//! or one repetition per boot, it is the flat bootstrap (same draws).
+//! The unit of an interval is a repetition, or a boot where several
+//! repetitions share one, as Kalibera and Jones recommend for benchmarks
+//! with variation at several levels: boot-to-boot drift is then in the
+//! interval, which repetitions of one boot cannot show.
+//!
+//! `joint_interval` (a bootstrap of medians, boots first) serves
+//! `testbed compare` alone; no claim is decided on a bootstrap.
 
 use super::def::Stat;
+use super::interval::{self, Interval};
 
 pub const RESAMPLES: usize = 2000;
 /// Fixed: intervals must not change between redraws of the same data.
@@ -19,15 +22,18 @@ pub const SEED: u64 = 0x7E57_BED0_F16E_5EED;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CiMethod {
-    /// Bootstrap of the median over repetitions.
-    Repetitions,
-    /// One repetition: bootstrap of its statistic over its raw samples.
+    /// Over repetitions (or boots): an `interval::Interval`'s method.
+    Units(interval::Method),
+    /// One repetition: the spread of its raw samples (a percentile
+    /// bootstrap of its statistic). An error bar, never a claim's interval:
+    /// it says how noisy that repetition's reads were, not where another
+    /// repetition lands.
     Samples,
-    /// One value: no interval.
+    /// No interval: one value, or units with no spread.
     None,
 }
 
-/// Median with a 95 % interval.
+/// Median with its interval.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Estimate {
     pub value: f64,
@@ -36,14 +42,21 @@ pub struct Estimate {
     /// Repetitions (or paired repetitions for ratios).
     pub n: usize,
     pub ci: CiMethod,
+    /// The interval's confidence (exact for order statistics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
 }
 
 impl Estimate {
     pub fn scaled(self, k: f64) -> Estimate {
+        let (lo, hi) = match (self.lo.map(|v| v * k), self.hi.map(|v| v * k)) {
+            (Some(a), Some(b)) if b < a => (Some(b), Some(a)),
+            other => other,
+        };
         Estimate {
             value: self.value * k,
-            lo: self.lo.map(|v| v * k),
-            hi: self.hi.map(|v| v * k),
+            lo,
+            hi,
             ..self
         }
     }
@@ -219,45 +232,58 @@ pub fn bootstrap_levels<F: Fn(&[f64]) -> Option<f64>>(
     ))
 }
 
-/// Median over repetitions with its interval; with a single repetition the
-/// interval comes from that repetition's raw samples when there are some.
+/// Median over repetitions with its 95 % interval over them; with a
+/// single repetition, the spread of its raw samples where there are some
+/// (an error bar, `CiMethod::Samples`).
 pub fn estimate(per_rep: &[f64], single_rep_samples: Option<(&[f64], Stat)>) -> Option<Estimate> {
-    estimate_levels(per_rep, &Levels::flat(per_rep.len()), single_rep_samples)
+    let reps: Vec<Rep> = per_rep
+        .iter()
+        .map(|&value| Rep {
+            id: None,
+            value,
+            boot: None,
+        })
+        .collect();
+    estimate_reps(&reps, single_rep_samples)
 }
 
-/// The median of repetitions with their interval from a hierarchical
-/// resample (boots, then repetitions): see the module's comment.
+/// The median of repetitions with the interval of their units (boots
+/// where a boot ran several): see `interval.rs`.
 pub fn estimate_reps(reps: &[Rep], single_rep_samples: Option<(&[f64], Stat)>) -> Option<Estimate> {
     let values: Vec<f64> = reps.iter().map(|r| r.value).collect();
-    let boots: Vec<Option<u32>> = reps.iter().map(|r| r.boot).collect();
-    estimate_levels(&values, &Levels::of(&boots), single_rep_samples)
+    let value = median(&values)?;
+    let n = values.len();
+    let mut e = Estimate {
+        value,
+        lo: None,
+        hi: None,
+        n,
+        ci: CiMethod::None,
+        level: None,
+    };
+    if n >= 2 {
+        // Point values are positive where they are times or rates: t on
+        // logarithms then (it falls back to values when one is not).
+        if let Ok(iv) = interval::one_sample(&interval::units(reps), interval::LEVEL, true) {
+            set(&mut e, iv);
+        }
+    } else if let Some((raw, s)) = single_rep_samples
+        && raw.len() >= 2
+        && let Some((lo, hi)) = bootstrap(raw, |b| stat(b, s))
+    {
+        e.lo = Some(lo.min(value));
+        e.hi = Some(hi.max(value));
+        e.ci = CiMethod::Samples;
+        e.level = Some(interval::LEVEL);
+    }
+    Some(e)
 }
 
-fn estimate_levels(
-    per_rep: &[f64],
-    levels: &Levels,
-    single_rep_samples: Option<(&[f64], Stat)>,
-) -> Option<Estimate> {
-    let value = median(per_rep)?;
-    let n = per_rep.len();
-    let (ci, method) = if n >= 2 {
-        (
-            bootstrap_levels(per_rep, levels, median),
-            CiMethod::Repetitions,
-        )
-    } else {
-        match single_rep_samples {
-            Some((raw, s)) if raw.len() >= 2 => (bootstrap(raw, |b| stat(b, s)), CiMethod::Samples),
-            _ => (None, CiMethod::None),
-        }
-    };
-    Some(Estimate {
-        value,
-        lo: ci.map(|c| c.0.min(value)),
-        hi: ci.map(|c| c.1.max(value)),
-        n,
-        ci: if ci.is_some() { method } else { CiMethod::None },
-    })
+fn set(e: &mut Estimate, iv: Interval) {
+    e.lo = Some(iv.lo.min(e.value));
+    e.hi = Some(iv.hi.max(e.value));
+    e.ci = CiMethod::Units(iv.method);
+    e.level = Some(iv.level);
 }
 
 /// One repetition's value, with its identity (point, repetition) where the
@@ -273,36 +299,19 @@ pub struct Rep {
     pub boot: Option<u32>,
 }
 
-/// What one point's median is resampled from.
+/// What one point's median is resampled from in `joint_interval`: its
+/// repetitions (the median of a resample of them).
 #[derive(Debug, Clone, Copy)]
 pub enum Spread<'a> {
-    /// Its repetitions (the median of a resample of them).
     Reps(&'a [Rep]),
-    /// One repetition with a samples-based 95 % interval: drawn from a
-    /// normal of that width, as its raw samples are not kept per point.
-    Normal { value: f64, sd: f64 },
 }
 
-impl<'a> Spread<'a> {
-    /// None for a single value with no interval: nothing to resample.
-    pub fn of(reps: &'a [Rep], est: &Estimate) -> Option<Spread<'a>> {
-        if reps.len() >= 2 {
-            return Some(Spread::Reps(reps));
-        }
-        match (est.ci, est.lo, est.hi) {
-            (CiMethod::Samples, Some(lo), Some(hi)) => Some(Spread::Normal {
-                value: est.value,
-                sd: (hi - lo) / (2.0 * 1.959_964),
-            }),
-            _ => None,
-        }
-    }
+impl Spread<'_> {
     /// The pairing keys of its repetitions, sorted; None when any
     /// repetition has no id (nothing to pair by).
     fn keys(&self) -> Option<Vec<PairKey>> {
         match self {
             Spread::Reps(r) => sorted_keys(r),
-            Spread::Normal { .. } => None,
         }
     }
 }
@@ -383,6 +392,33 @@ impl Pairing {
     }
 }
 
+/// The repetitions of several points lined up by pairing key (the same
+/// index is the same repetition, or the same boot's same repetition, in
+/// every point), or None when their keys differ or any is missing: then
+/// the points were measured independently.
+pub fn aligned(points: &[&[Rep]]) -> Option<Vec<Vec<Rep>>> {
+    let first = sorted_keys(points.first()?)?;
+    if first.len() < 2 {
+        return None;
+    }
+    for p in &points[1..] {
+        if sorted_keys(p)? != first {
+            return None;
+        }
+    }
+    Some(
+        points
+            .iter()
+            .map(|p| {
+                let mut r = p.to_vec();
+                let with_boots = all_booted(&r);
+                r.sort_by_key(|x| (pair_key(x, with_boots), x.id));
+                r
+            })
+            .collect(),
+    )
+}
+
 /// 95 % percentile-bootstrap interval of `f` over the medians of several
 /// points, each point's repetitions resampled; points whose repetitions
 /// have the same pairing keys (one job's series, or points measured in the
@@ -404,7 +440,6 @@ where
                 r.sort_by_key(|x| (pair_key(x, with_boots), x.id));
                 r
             }
-            Spread::Normal { .. } => Vec::new(),
         })
         .collect();
     let reps: Vec<Vec<f64>> = sorted_reps
@@ -441,7 +476,6 @@ where
                     buf.extend(idx[leader[i]].iter().map(|&k| reps[i][k]));
                     median(&buf)?
                 }
-                Spread::Normal { value, sd } => value + sd * rng.normal(),
             };
         }
         // A resample where the quantity is undefined (a zero median in a
@@ -518,13 +552,16 @@ mod tests {
         let b = estimate(&reps, None).unwrap();
         assert_eq!(a, b);
         assert_eq!(a.value, 11.0);
-        assert_eq!(a.ci, CiMethod::Repetitions);
+        // Five values: no distribution-free interval reaches 95 % (93.75 %),
+        // so a t interval on logarithms, wider than their range.
+        assert_eq!(a.ci, CiMethod::Units(interval::Method::StudentTLog));
+        assert_eq!(a.level, Some(0.95));
         let (lo, hi) = (a.lo.unwrap(), a.hi.unwrap());
-        assert!(
-            lo <= 11.0 && hi >= 11.0 && lo >= 9.0 && hi <= 13.0,
-            "{lo} {hi}"
-        );
-        assert!(hi - lo > 0.5, "a spread-out sample gives a real interval");
+        assert!(lo < 9.5 && hi > 12.5 && lo > 8.0 && hi < 14.0, "{lo} {hi}");
+        // Six: the order statistics, [min, max] at 96.9 %.
+        let six = estimate(&[10.0, 12.0, 11.0, 13.0, 9.0, 11.5], None).unwrap();
+        assert_eq!(six.ci, CiMethod::Units(interval::Method::OrderStatistic));
+        assert_eq!((six.lo, six.hi), (Some(9.0), Some(13.0)));
     }
 
     #[test]
@@ -603,7 +640,9 @@ mod tests {
             "hierarchical [{hlo}, {hhi}] vs flat [{flo}, {fhi}]"
         );
         assert!(hlo <= 10.1 && hhi >= 10.9, "[{hlo}, {hhi}]");
-        // And estimate_reps carries it from the reps' boots.
+        // And estimate_reps takes each boot as a unit: three boots of ten
+        // repetitions are three values (10.045, 10.545, 11.045), and their
+        // t interval holds the whole unit of drift.
         let reps: Vec<Rep> = v
             .iter()
             .zip(&boots)
@@ -614,7 +653,9 @@ mod tests {
             })
             .collect();
         let e = estimate_reps(&reps, None).unwrap();
-        assert_eq!((e.lo, e.hi), (Some(hlo), Some(hhi)));
+        assert_eq!(e.ci, CiMethod::Units(interval::Method::StudentTLog));
+        let (lo, hi) = (e.lo.unwrap(), e.hi.unwrap());
+        assert!(lo < 10.0 && hi > 11.1, "{lo} {hi}");
     }
 
     #[test]

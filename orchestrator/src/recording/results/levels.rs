@@ -35,6 +35,42 @@ pub struct LevelVariance {
     pub between_boot_cv: Option<f64>,
     /// r* from the measured costs, when both levels were estimated.
     pub best_repetitions_per_boot: Option<u32>,
+    /// Median over points of the value's magnitude: what its resolution is
+    /// weighed against (absent in runs recorded before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typical: Option<f64>,
+}
+
+/// A metric's resolution, where it is coarser than its values can be:
+/// CPU times read from the kernel's accounting count 10 ms ticks
+/// (USER_HZ = 100), so a process busy for less than a few ticks reads 0 or
+/// 0.01 s and its spread between boots is the tick, not the process.
+pub fn resolution(metric: &str) -> Option<(f64, &'static str)> {
+    let name = metric.rsplit('.').next().unwrap_or(metric);
+    let ticked = [
+        "cpu_user_s",
+        "cpu_sys_s",
+        "cpu_system_s",
+        "busy_s",
+        "cpu_total_s",
+        "cpu_s",
+        "vcpu_s",
+    ];
+    ticked
+        .iter()
+        .any(|t| name == *t || name.ends_with(&format!("_{t}")))
+        .then_some((0.01, "10 ms CPU ticks"))
+}
+
+/// Within this many units of its resolution a value has no variance to
+/// report, only the resolution.
+pub const RESOLUTION_UNITS: f64 = 5.0;
+
+fn below_resolution(l: &LevelVariance) -> Option<(f64, &'static str)> {
+    let (res, what) = resolution(&l.metric)?;
+    l.typical
+        .filter(|t| *t < RESOLUTION_UNITS * res)
+        .map(|_| (res, what))
 }
 
 /// What a boot and a repetition cost, in seconds.
@@ -105,6 +141,7 @@ pub fn of_records(records: &[&PointRecord], costs: Option<Costs>) -> Vec<LevelVa
         let mut within = Vec::new();
         let mut between = Vec::new();
         let mut t_pairs = Vec::new();
+        let mut sizes = Vec::new();
         let mut estimated = 0;
         for boots in points.values() {
             let by_boot: Vec<Vec<f64>> = boots.values().cloned().collect();
@@ -114,6 +151,7 @@ pub fn of_records(records: &[&PointRecord], costs: Option<Costs>) -> Vec<LevelVa
                 continue;
             }
             estimated += 1;
+            sizes.push(m.abs());
             let (t1, t2) = components(&by_boot);
             if let Some(t1) = t1 {
                 within.push(t1.sqrt() / m.abs());
@@ -139,6 +177,7 @@ pub fn of_records(records: &[&PointRecord], costs: Option<Costs>) -> Vec<LevelVa
             within_boot_cv: median(within),
             between_boot_cv: median(between),
             best_repetitions_per_boot: best,
+            typical: median(sizes),
         });
     }
     out
@@ -162,15 +201,30 @@ pub fn best_repetitions_per_boot(t1: f64, t2: f64, c: Costs) -> u32 {
 pub fn describe(levels: &[LevelVariance], max_lines: usize) -> Vec<String> {
     let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1} %", 100.0 * v));
     let mut sorted: Vec<&LevelVariance> = levels.iter().collect();
+    // What matters first: the largest boot effects of values above their
+    // resolution; values within a few ticks of zero last.
     sorted.sort_by(|a, b| {
-        b.between_boot_cv
-            .unwrap_or(-1.0)
-            .total_cmp(&a.between_boot_cv.unwrap_or(-1.0))
+        below_resolution(a)
+            .is_some()
+            .cmp(&below_resolution(b).is_some())
+            .then(
+                b.between_boot_cv
+                    .unwrap_or(-1.0)
+                    .total_cmp(&a.between_boot_cv.unwrap_or(-1.0)),
+            )
     });
     let mut lines: Vec<String> = sorted
         .iter()
         .take(max_lines)
         .map(|l| {
+            if let Some((res, what)) = below_resolution(l) {
+                return format!(
+                    "{}: below resolution (typically {} against {res} s, {what}): no variance to report ({} points)",
+                    l.metric,
+                    l.typical.map_or("-".to_string(), |t| format!("{t:.3} s")),
+                    l.points
+                );
+            }
             let best = match l.best_repetitions_per_boot {
                 Some(u32::MAX) => "; no boot effect seen: one boot".to_string(),
                 Some(r) => format!("; best {r} repetition(s) per boot"),
@@ -233,6 +287,33 @@ mod tests {
         // The boots differ 100 times more than repetitions do: one
         // repetition per boot buys the most information per second.
         assert_eq!(l.best_repetitions_per_boot, Some(1));
+    }
+
+    #[test]
+    fn cpu_times_within_a_few_ticks_of_zero_report_their_resolution_last() {
+        // A poller's CPU time reads 0, 0, 0.01 s in three boots (√3 = 173 %
+        // between boots, all of it the tick); the IOPS drift 10 %.
+        let mut recs = Vec::new();
+        for (boot, (cpu, iops)) in [(0.0, 100.0), (0.0, 110.0), (0.01, 90.0)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut r = record(0, boot as u32, boot as u32, iops);
+            r.summary
+                .insert("poll.cpu_user_s".into(), serde_json::json!(cpu));
+            recs.push(r);
+        }
+        let refs: Vec<&PointRecord> = recs.iter().collect();
+        let l = of_records(&refs, None);
+        let lines = describe(&l, 5);
+        assert!(lines[0].starts_with("iops: "), "{lines:?}");
+        assert!(
+            lines[1].starts_with("poll.cpu_user_s: below resolution")
+                && lines[1].contains("10 ms CPU ticks"),
+            "{lines:?}"
+        );
+        assert_eq!(resolution("x.guest_busy_s").map(|r| r.0), Some(0.01));
+        assert_eq!(resolution("read.lookups_per_s"), None);
     }
 
     #[test]
