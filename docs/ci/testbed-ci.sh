@@ -8,15 +8,15 @@
 #      same tree builds nothing),
 #   3. runs a quick spec against it (under TCG by default),
 #   3b. points measured on a busy host (other processes' CPU share above
-#      the spec's noisy_above_pct) run again; a run still noisy after that
-#      decides nothing: it neither fails the job nor joins the history,
+#      the spec's noisy_above_pct) run again, at most twice; a run with
+#      points still noisy after that never joins the history,
 #   4. looks for change points over the last runs kept in the cache (a
 #      history of up to TESTBED_CI_KEEP runs, default 20):
-#      `testbed history --fail-on-change HISTORY NEW`. When this run starts
-#      a new segment the worse way, the job fails (exit 4). The claims are
-#      gated on the newest kept run: `testbed check NEW --baseline LAST`
-#      (exit 6 when a claim that held there no longer holds). With no
-#      history yet, this run is stored as its first run and the job passes.
+#      `testbed history --fail-on-change HISTORY NEW`, and gates the claims
+#      on the newest kept run: `testbed check NEW --baseline LAST
+#      --rerun-noisy`. Both exit 0 pass, 1 regression, 2 inconclusive,
+#      3 error, and so does this job (below). With no history yet, this run
+#      is stored as its first run and the job passes.
 #
 # Knobs (environment variables; see docs/ci/README.md):
 #   TESTBED_CI_TREE         your kernel tree: a git checkout or a plain directory
@@ -38,17 +38,31 @@
 #   TESTBED_CI_INSTALL      needed (default): the packages this job needs; all: ./x setup;
 #                           none: install nothing. ./x build runs unless TESTBED_CI_BUILD=0.
 #
-# Exit status: 0 pass (or first run stored), 4 the newest run starts a
-# regression, 5 the history is of another experiment, 6 a claim that held in
-# the newest kept run no longer holds, anything else: a step failed.
-set -euo pipefail
+# Exit status, the gates' own codes:
+#   0 pass (or the first run stored);
+#   1 REGRESSION: this run starts a change the worse way in the history, or
+#     a claim that held in the newest kept run no longer holds (a noisy
+#     point excuses neither, unless it is still noisy after its reruns):
+#     fail the job;
+#   2 INCONCLUSIVE: the gates could not decide (a claim that held is now
+#     undecided or not measurable, a change or a lost claim on points still
+#     noisy after their reruns, noisy points not run again, or no history
+#     yet and a busy host): report it as a warning and run the job again
+#     on a quiet runner; the run does not join the history;
+#   3 infrastructure error: a step failed (install, the kernel build, the
+#     run or one of its points, testbed history or check themselves, a
+#     history of another experiment): fail the job as broken, not as a
+#     regression.
+set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 say() { printf '[testbed-ci] %s\n' "$*" >&2; }
 die() {
-  say "error: $*"
-  exit 1
+  say "infrastructure error (exit 3): $*"
+  exit 3
 }
+# Any step that fails unhandled is an infrastructure error, not a verdict.
+trap 'say "infrastructure error (exit 3): step ${step_name:-setup} failed (line $LINENO)"; exit 3' ERR
 
 CACHE=${TESTBED_CACHE:-$HOME/.cache/testbed}
 export TESTBED_CACHE=$CACHE
@@ -80,11 +94,14 @@ begin() {
   say "== $1"
 }
 end() {
-  [ -n "$step_name" ] && TIMES+=("$(printf '%-8s %4d s' "$step_name" $((SECONDS - step_start)))")
+  if [ -n "$step_name" ]; then
+    TIMES+=("$(printf '%-8s %4d s' "$step_name" $((SECONDS - step_start)))")
+  fi
   step_name=""
 }
 report_times() {
   local rc=$?
+  trap - ERR
   end
   for t in "${TIMES[@]}"; do say "time: $t"; done
   exit $rc
@@ -200,16 +217,17 @@ awk -v kernel="$(toml_string "$KERNEL")" -v reps="$REPS" '
 NEW=$OUT/run-$(date -u +%Y%m%dT%H%M%SZ)
 say "running $RUN_SPEC ($REPS repetitions, accel $ACCEL) into $NEW"
 # Points measured while other processes took the host's CPU run again (at
-# most twice); what stays noisy makes the run undecided, never a failure.
+# most twice); what stays noisy keeps the run out of the history, and a gate
+# it fails on those points alone is inconclusive.
 "$TESTBED" run "$RUN_SPEC" --accel "$ACCEL" --out "$NEW" --rerun-noisy || {
   rc=$?
-  say "the run failed (exit $rc); its files are in $NEW"
-  exit $rc
+  say "infrastructure error (exit 3): the run failed (testbed run exit $rc); its files are in $NEW"
+  exit 3
 }
 BUSY=$("$TESTBED" show "$NEW" | grep -Eo '[0-9]+ of [0-9]+ points noisy' | head -n1 || true)
 case "$BUSY" in
   "" | "0 of "*) BUSY="" ;;
-  *) say "this run was measured on a busy host ($BUSY, after rerunning them): it decides no regression and does not join the history" ;;
+  *) say "this run was measured on a busy host ($BUSY, after rerunning them): it does not join the history" ;;
 esac
 "$TESTBED" plot "$NEW" >/dev/null || say "(could not draw the figures; the comparison does not need them)"
 end
@@ -217,7 +235,7 @@ end
 # 4. Change points over the kept runs and this one; the claims gate.
 begin history
 # The kept runs, oldest first: their names are run-<UTC time>.
-kept() { find "$HISTORY" -mindepth 2 -maxdepth 2 -name manifest.json -printf '%h\n' 2>/dev/null | sort; }
+kept() { find "$HISTORY" -mindepth 2 -maxdepth 2 -name manifest.json -printf '%h\n' 2>/dev/null | sort || true; }
 store_run() {
   mkdir -p "$HISTORY"
   local dest
@@ -237,49 +255,67 @@ rm -rf "$HISTORY"/*.new
 mapfile -t KEPT < <(kept)
 if [ "${#KEPT[@]}" = 0 ]; then
   if [ -n "$BUSY" ]; then
-    say "no history at $HISTORY, and this run was measured on a busy host: not stored; nothing to compare, the job passes"
-    exit 0
+    say "INCONCLUSIVE (exit 2): no history at $HISTORY, and this run was measured on a busy host: not stored as its first run; run the job again on a quiet runner"
+    exit 2
   fi
   store_run
   say "no history at $HISTORY: stored this run as its first; nothing to compare, the job passes"
   exit 0
 fi
 LAST=${KEPT[-1]}
+# What a gate's exit code says, for the job's log.
+verdict() {
+  case "$1" in
+    0) echo pass ;;
+    1) echo REGRESSION ;;
+    2) echo INCONCLUSIVE ;;
+    *) echo "error (exit $1)" ;;
+  esac
+}
 say "testbed history --fail-on-change $HISTORY (${#KEPT[@]} runs) $NEW"
-set +e
-"$TESTBED" history --fail-on-change "$HISTORY" "$NEW" 2>"$OUT/history.err" | tee "$OUT/history.txt"
-rc=${PIPESTATUS[0]}
-"$TESTBED" history --json "$HISTORY" "$NEW" >"$OUT/history.json" 2>/dev/null
-set -e
+history_rc=0
+"$TESTBED" history --fail-on-change "$HISTORY" "$NEW" 2>"$OUT/history.err" | tee "$OUT/history.txt" || history_rc=$?
+"$TESTBED" history --json "$HISTORY" "$NEW" >"$OUT/history.json" 2>/dev/null || true
 cat "$OUT/history.err" >&2
-failed=0
-if [ "$rc" = 1 ] && grep -q '^newest run: REGRESSION' "$OUT/history.txt"; then
-  say "REGRESSION: this run starts a new segment the worse way (see above; $OUT/history.txt); the job fails"
-  failed=4
-elif [ "$rc" != 0 ]; then
-  if grep -q "a history is of one experiment's runs" "$OUT/history.err"; then
-    say "the history $HISTORY is of another experiment: delete it to start a new one"
-    exit 5
-  fi
-  die "testbed history failed (exit $rc)"
-fi
+case "$history_rc" in
+  0) ;;
+  1) say "REGRESSION: this run starts a new segment the worse way (see above; $OUT/history.txt)" ;;
+  2) say "INCONCLUSIVE: the history cannot decide this run (see above; $OUT/history.txt)" ;;
+  *)
+    if grep -q "a history is of one experiment's runs" "$OUT/history.err"; then
+      die "the history $HISTORY is of another experiment: delete it to start a new one"
+    fi
+    die "testbed history failed (exit $history_rc)"
+    ;;
+esac
 end
 
 begin claims
-say "testbed check $NEW --baseline $LAST"
-set +e
-"$TESTBED" check "$NEW" --baseline "$LAST" | tee "$OUT/claims.txt"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" = 1 ] && grep -q '^baseline gate: .*FAILS$' "$OUT/claims.txt"; then
-  say "a claim that held in the newest kept run ($LAST) no longer holds; the job fails"
-  [ "$failed" != 0 ] || failed=6
-elif [ "$rc" != 0 ]; then
-  die "testbed check failed (exit $rc)"
+# --rerun-noisy: the run's noisy points ran again already (above), so this
+# boots nothing; it lets a claim lost on points still noisy count as
+# inconclusive instead of lost.
+say "testbed check $NEW --baseline $LAST --rerun-noisy"
+check_rc=0
+"$TESTBED" check "$NEW" --baseline "$LAST" --rerun-noisy | tee "$OUT/claims.txt" || check_rc=$?
+case "$check_rc" in
+  0) ;;
+  1) say "REGRESSION: a claim that held in the newest kept run ($LAST) no longer holds (see above; $OUT/claims.txt)" ;;
+  2) say "INCONCLUSIVE: the claims gate cannot decide this run (see above; $OUT/claims.txt)" ;;
+  *) die "testbed check failed (exit $check_rc)" ;;
+esac
+end
+
+say "history: $(verdict "$history_rc"), claims: $(verdict "$check_rc")"
+if [ "$history_rc" = 1 ] || [ "$check_rc" = 1 ]; then
+  say "REGRESSION (exit 1): the job fails; this run does not join the history"
+  exit 1
 fi
-[ "$failed" = 0 ] || exit "$failed"
+if [ "$history_rc" = 2 ] || [ "$check_rc" = 2 ]; then
+  say "INCONCLUSIVE (exit 2): not a failure and not a pass; this run does not join the history$([ -n "$BUSY" ] && echo " (measured on a busy host: $BUSY)"); run the job again on a quiet runner"
+  exit 2
+fi
 if [ -n "$BUSY" ]; then
-  say "measured on a busy host ($BUSY): undecided, not stored in the history $HISTORY"
+  say "pass: no regression, though measured on a busy host ($BUSY, each noisy point run again): not stored in the history $HISTORY"
 elif [ "$UPDATE" = 1 ]; then
   store_run
   say "no regression; this run joins the history ($HISTORY, up to $KEEP runs)"

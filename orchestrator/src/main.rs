@@ -61,14 +61,21 @@ enum Command {
         figures: Option<PathBuf>,
     },
     /// Check the paper's claims against a run (RUN/claims.json).
+    #[command(after_help = CHECK_EXIT_CODES)]
     Check {
         run: PathBuf,
         #[arg(long)]
         figures: Option<PathBuf>,
-        /// A run whose claims are the bar: exit 1 when a claim that held
-        /// there does not hold in RUN (undecided or not measurable passes).
+        /// A run whose claims are the bar: the claims that held there are
+        /// gated in RUN (see the exit codes below).
         #[arg(long)]
         baseline: Option<PathBuf>,
+        /// First run RUN's noisy points again (testbed run --resume
+        /// --rerun-noisy on RUN, at most twice per point over all its
+        /// attempts); a claim lost on points still noisy after that is
+        /// inconclusive (exit 2) instead of a regression.
+        #[arg(long)]
+        rerun_noisy: bool,
     },
     /// Figures, claims and manifest of a run in one self-contained RUN/report.html.
     Report {
@@ -283,8 +290,11 @@ struct HistoryArgs {
     /// Print the history as JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Exit 1 when the newest run starts a new segment the worse way
-    /// (any way where the panel has no better direction).
+    /// Gate on the newest run: exit 1 when it starts a new segment the
+    /// worse way (any way where the panel has no better direction), 2 when
+    /// it is inconclusive (noisy points not run again, or a change on
+    /// points still noisy after `testbed run --rerun-noisy`), 0 otherwise;
+    /// 3 on an error (with or without this flag).
     #[arg(long)]
     fail_on_change: bool,
     /// The smallest change of the segment medians, in percent.
@@ -298,8 +308,44 @@ struct HistoryArgs {
     min_size: usize,
 }
 
+/// `testbed check --help`: what its exit status says.
+const CHECK_EXIT_CODES: &str = "\
+Exit status:
+  0  pass: every claim that held in the baseline still holds (or no --baseline)
+  1  REGRESSION: a claim that held in the baseline does not hold in RUN; a
+     noisy point excuses it only after --rerun-noisy ran it again and it
+     still was noisy (then 2)
+  2  INCONCLUSIVE: a claim that held is now undecided, not measurable or not
+     checked, or was lost on points still noisy after --rerun-noisy; or RUN
+     has points measured on a busy host that were not run again
+  3  error: the check itself failed (no run at RUN or BASE, unreadable
+     manifest or samples, bad figure definitions, bad arguments, a failed
+     rerun)";
+
+/// Whether the command line names a gate command (check, history), whose
+/// errors exit [`figures::gate::EXIT_ERROR`] rather than 1 (or clap's 2).
+fn is_gate_command(args: &[std::ffi::OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .find(|a| !a.to_string_lossy().starts_with('-'))
+        .is_some_and(|a| a == "check" || a == "history")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let gate = is_gate_command(&args);
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are no error; a gate's usage error is
+            // not its inconclusive 2.
+            return match (e.use_stderr(), gate) {
+                (true, true) => ExitCode::from(figures::gate::EXIT_ERROR),
+                _ => ExitCode::from(e.exit_code().clamp(0, 255) as u8),
+            };
+        }
+    };
     // The helpers' commands keep their own signal handling (flight serve
     // stops on SIGINT/SIGTERM; asam stops on SIGINT as its binary does).
     if !matches!(cli.command, Command::Flight(_) | Command::Asam(_)) {
@@ -309,7 +355,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            if gate {
+                ExitCode::from(figures::gate::EXIT_ERROR)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -369,7 +419,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             run,
             figures,
             baseline,
-        } => check(&run, figures, baseline),
+            rerun_noisy,
+        } => check(&run, figures, baseline, rerun_noisy),
         Command::Report { run, figures } => report(&run, figures),
         Command::Compare {
             run_a,
@@ -594,16 +645,33 @@ fn plot(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(run: &Path, figures: Option<PathBuf>, baseline: Option<PathBuf>) -> Result<ExitCode> {
+fn check(
+    run: &Path,
+    figures: Option<PathBuf>,
+    baseline: Option<PathBuf>,
+    rerun_noisy: bool,
+) -> Result<ExitCode> {
     let defs = figure_defs(figures);
+    // The baseline first: a bad one ends the check before any rerun.
+    let before = baseline
+        .as_ref()
+        .map(|base| {
+            figures::claims_of(base, &defs)
+                .with_context(|| format!("the baseline {}", base.display()))
+        })
+        .transpose()?;
+    if rerun_noisy {
+        rerun_noisy_points(run)?;
+    }
     let (claims, unknown) = figures::check_run(run, &defs)?;
     let rows: Vec<(&str, &figures::ClaimResult)> = claims.iter().map(|c| ("", c)).collect();
     print!("{}", figures::claims::table(&rows));
     println!("claims in {}", run.join("claims.json").display());
     report_unknown(&unknown);
-    let busy = testbed::results::manifest::read(&run.join("manifest.json"))
-        .ok()
-        .and_then(|m| m.busy_host());
+    let manifest_path = run.join("manifest.json");
+    let noise = testbed::results::manifest::read(&manifest_path)
+        .with_context(|| format!("the run {}", run.display()))?
+        .noisy();
     // Say so beside the verdicts a busy host can cause, so that an
     // undecided claim is not read as a finding about the system.
     let shaky = claims.iter().any(|c| {
@@ -612,25 +680,97 @@ fn check(run: &Path, figures: Option<PathBuf>, baseline: Option<PathBuf>) -> Res
             figures::Verdict::DoesNotHold | figures::Verdict::Undecided
         )
     });
-    if let (Some(busy), true) = (&busy, shaky) {
+    if noise.noisy > 0 && shaky {
         println!(
-            "this run: {busy}; a claim that did not hold or stayed undecided may be the host's noise: run it again on a quiet host (testbed run --rerun-noisy)"
+            "this run: {}; a claim that did not hold or stayed undecided may be the host's noise: run it again on a quiet host",
+            noise.text()
         );
     }
     // A verdict is a finding about the run, not an error of the
     // check: "does not hold" and "undecided at this noise" exit 0,
     // unless a baseline makes the claims a gate.
-    if let Some(base) = baseline {
-        let before = figures::claims_of(&base, &defs)
-            .with_context(|| format!("the baseline {}", base.display()))?;
-        // A run measured on a busy host decides no loss.
-        let gate = figures::gate::against_baseline(&before, &claims, busy.as_deref());
-        print!("{}", gate.text());
-        if !gate.passes() {
-            return Ok(ExitCode::from(1));
+    let Some(before) = before else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let gate = figures::gate::against_baseline(&before, &claims, &noise, rerun_noisy);
+    print!("{}", gate.text());
+    Ok(ExitCode::from(gate.outcome().code()))
+}
+
+/// `check --rerun-noisy`: the run's noisy points run again, as `testbed
+/// run SPEC --resume --rerun-noisy --out RUN` would run them (with the
+/// accelerator and executor the run used). Points that ran again as often
+/// as `--rerun-noisy` allows are not run (and nothing boots when no point
+/// may run again).
+fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
+    use testbed::results::{manifest, rundir::RunDir};
+    let m = manifest::read(&run_dir.join("manifest.json"))
+        .with_context(|| format!("--rerun-noisy: the run {}", run_dir.display()))?;
+    let noisy = m.noisy();
+    let due = m
+        .points
+        .iter()
+        .filter(|p| run::may_rerun_for_noise(p))
+        .count();
+    if due == 0 {
+        if noisy.noisy > 0 {
+            println!(
+                "--rerun-noisy: {}; none may run again (each ran again {} times, or failed)",
+                noisy.text(),
+                run::MAX_NOISY_RERUNS
+            );
         }
+        return Ok(());
     }
-    Ok(ExitCode::SUCCESS)
+    let executor = match serde_json::from_value::<ExecutorKind>(m.executor.clone().into()) {
+        Ok(ExecutorKind::Slurm) => anyhow::bail!(
+            "--rerun-noisy: {} ran under Slurm; run its noisy points again with testbed run SPEC --executor slurm --resume --rerun-noisy --out {0}",
+            run_dir.display()
+        ),
+        Ok(e) => Some(e),
+        Err(_) => None,
+    };
+    let accel = m.accel.as_ref().map(|a| match a.used {
+        testbed::qemu::argv::Accel::Kvm => AccelChoice::Kvm,
+        testbed::qemu::argv::Accel::Tcg => AccelChoice::Tcg,
+    });
+    // The spec as run: the file the run was started from when it still
+    // holds the same text (relative paths in it resolve as they did),
+    // else the run's own copy.
+    let copy = RunDir {
+        root: run_dir.to_path_buf(),
+    }
+    .spec_copy();
+    let original = PathBuf::from(&m.spec_file);
+    let spec = match (std::fs::read(&original), std::fs::read(&copy)) {
+        (Ok(a), Ok(b)) if a == b => original,
+        _ => copy,
+    };
+    println!(
+        "--rerun-noisy: {due} noisy point(s) of {} run again (testbed run {} --resume --rerun-noisy --out {0})",
+        run_dir.display(),
+        spec.display()
+    );
+    let opts = run::RunOptions {
+        accel,
+        out: Some(run_dir.to_path_buf()),
+        resume: true,
+        rerun_noisy: true,
+        executor,
+        ..Default::default()
+    };
+    let mut progress = progress::for_terminal();
+    let result = run::run(&spec, &opts, progress.as_mut());
+    drop(progress);
+    let r = result.with_context(|| format!("--rerun-noisy: rerunning {}", run_dir.display()))?;
+    println!(
+        "--rerun-noisy: {}",
+        match r.manifest.noisy() {
+            n if n.noisy == 0 => "no point is noisy now".to_string(),
+            n => n.text(),
+        }
+    );
+    Ok(())
 }
 
 fn report(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
@@ -686,11 +826,18 @@ fn history(a: HistoryArgs) -> Result<ExitCode> {
     } else {
         print!("{}", figures::history::render(&h));
     }
-    Ok(if a.fail_on_change && h.newest_fails() {
-        ExitCode::from(1)
+    if !a.fail_on_change {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let outcome = h.outcome();
+    // On stderr with --json, whose stdout is the JSON alone.
+    let line = format!("history gate: {}", outcome.label());
+    if a.json {
+        eprintln!("{line}");
     } else {
-        ExitCode::SUCCESS
-    })
+        println!("{line}");
+    }
+    Ok(ExitCode::from(outcome.code()))
 }
 
 fn list(dir: PathBuf) -> Result<ExitCode> {

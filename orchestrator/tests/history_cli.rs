@@ -1,8 +1,10 @@
 //! `testbed history` as a CI job calls it, on run directories written with
 //! the run's own writers (per-point samples merged into samples.parquet, a
 //! manifest), no VM: a flat history passes `--fail-on-change`, a newest run
-//! 10 % slower fails it with exit 1 and is named in the JSON, and a
-//! directory of runs stands for them in start-time order.
+//! 10 % slower fails it with exit 1 and is named in the JSON, a newest run
+//! with a noisy point that was not run again is inconclusive (exit 2), an
+//! error exits 3, and a directory of runs stands for them in start-time
+//! order.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -87,6 +89,30 @@ fn write_run(dir: &Path, i: u32, level: f64) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// Gives every point of a run a noise record, the first one noisy and
+/// measured again `reruns` times (each time noisy).
+fn make_noisy(run: &Path, reruns: usize) {
+    let noise = serde_json::json!({
+        "others_pct": 45.0, "steal_pct": 0.0, "own_pct": 50.0,
+        "interval_s": 1.0, "noisy_above_pct": 10.0, "noisy": true,
+    });
+    let path = run.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut quiet = noise.clone();
+    quiet["others_pct"] = 1.0.into();
+    quiet["noisy"] = false.into();
+    for p in m["points"].as_array_mut().unwrap() {
+        p["noise"] = quiet.clone();
+    }
+    let p = &mut m["points"][0];
+    p["noise"] = noise.clone();
+    p["earlier"] = (0..reruns)
+        .map(|b| serde_json::json!({"boot": b, "samples": 4, "summary": {}, "noise": noise}))
+        .collect();
+    std::fs::write(&path, m.to_string()).unwrap();
+}
+
 fn history(args: &[&Path], extra: &[&str], figures: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_testbed"))
         .arg("history")
@@ -134,6 +160,10 @@ fn history_fails_on_a_regression_the_newest_run_starts_and_passes_a_flat_one() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("run-1 → new: "), "{text}");
     assert!(text.contains("newest run: REGRESSION, new"), "{text}");
+    assert!(
+        text.ends_with("history gate: REGRESSION (exit 1)\n"),
+        "{text}"
+    );
     // Without --fail-on-change the same finding exits 0.
     assert_eq!(
         history(&[&cache, &slow], &[], &figures).status.code(),
@@ -154,14 +184,49 @@ fn history_fails_on_a_regression_the_newest_run_starts_and_passes_a_flat_one() {
         assert_eq!(v["runs"].as_array().unwrap().len(), 9);
     }
 
-    // A run of another experiment: an error naming it.
+    // The slower run with a noisy point not run again: still a regression;
+    // once that point was run again and still is noisy: inconclusive.
+    let slow_busy = write_run(&t.path().join("new-busy"), 8, 1100.0);
+    make_noisy(&slow_busy, 0);
+    let out = history(&[&cache, &slow_busy], &["--fail-on-change"], &figures);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("a noisy point excuses no change"), "{text}");
+    make_noisy(&slow_busy, 2);
+    let out = history(&[&cache, &slow_busy], &["--fail-on-change"], &figures);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("newest run: INCONCLUSIVE, new-busy starts a new segment at 2 values, but 1 of 6 points measured on a busy host"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("history gate: INCONCLUSIVE (exit 2)\n"),
+        "{text}"
+    );
+
+    // A flat newest run with a noisy point not run again: inconclusive.
+    let flat_busy = write_run(&t.path().join("flat-busy"), 8, 1000.0);
+    make_noisy(&flat_busy, 0);
+    let out = history(&[&cache, &flat_busy], &["--fail-on-change"], &figures);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("newest run: no regression starts there"),
+        "{text}"
+    );
+    // Without --fail-on-change, no gate: exit 0.
+    let out = history(&[&cache, &flat_busy], &[], &figures);
+    assert_eq!(out.status.code(), Some(0));
+
+    // A run of another experiment: an error naming it, exit 3.
     let other = write_run(&t.path().join("other"), 9, 1000.0);
     let m = other.join("manifest.json");
     let text = std::fs::read_to_string(&m).unwrap();
     std::fs::write(&m, text.replace("\"hist\"", "\"elsewhere\"")).unwrap();
     let out = history(&[&cache, &other], &[], &figures);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
         err.contains(&other.display().to_string()) && err.contains("elsewhere"),
         "{err}"

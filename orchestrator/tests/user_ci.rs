@@ -20,13 +20,13 @@
 //! - runs 2 to 5, same kernel and spec: `testbed history` over the kept
 //!   runs and the new one finds no regression starting at the newest run,
 //!   exit 0, and the history grows to 5 runs;
-//! - the slower device on a hogged host: undecided, the job passes and the
-//!   run is not kept;
+//! - the slower device on a hogged host, every point still noisy after
+//!   its reruns: inconclusive, the job exits 2 and the run is not kept;
 //! - run 6 runs the same spec on a genuinely slower device (QEMU's null
 //!   backend with 1 ms completion latency instead of the file-backed
 //!   namespace): `history` finds that run 6 starts a new segment in the
-//!   latency and IOPS panels, and the job fails with exit 4; the history
-//!   keeps its 5 runs.
+//!   latency and IOPS panels, and the job fails with exit 1 (regression);
+//!   the history keeps its 5 runs.
 //!
 //! Sizing: the newest run is tested against the kept runs with a t-test
 //! on the runs' medians (p ≤ 0.01) and must move the median by 5 % or
@@ -434,9 +434,10 @@ mod measures {
             ),
         )
         .unwrap();
-        // The slower device on a hogged host: the step is there, but a run
-        // measured on a busy host decides nothing. The job passes, says
-        // why, and the run does not join the history.
+        // The slower device on a hogged host: the step is there, but on
+        // points still noisy after their reruns it decides nothing. The
+        // job is inconclusive (exit 2), says why, and the run does not
+        // join the history.
         let hogged = {
             let _hog = Hog::start();
             // Two repetitions: every point is measured three times.
@@ -448,10 +449,11 @@ mod measures {
                 &[("TESTBED_CI_REPETITIONS", "2")],
             )
         };
-        assert_eq!(hogged.status, 0, "{}", hogged.log);
+        assert_eq!(hogged.status, 2, "{}", hogged.log);
         assert!(
             hogged.log.contains("points noisy, after rerunning them)")
-                && hogged.log.contains("undecided, not stored in the history"),
+                && hogged.log.contains("INCONCLUSIVE (exit 2)")
+                && hogged.log.contains("this run does not join the history"),
             "{}",
             hogged.log
         );
@@ -463,7 +465,7 @@ mod measures {
         assert_eq!(kept(&history).len(), 5);
 
         let slower = quiet_job(&tree, &history, &slow, &tmp.path().join("slow"));
-        assert_eq!(slower.status, 4, "{}", slower.log);
+        assert_eq!(slower.status, 1, "{}", slower.log);
         assert!(
             slower
                 .log

@@ -20,7 +20,8 @@ use super::compare::{self, Flag, ValueKey};
 use super::def::{Better, FigureDef};
 use super::error::{FigureError, file_err};
 use super::extract::fmt_num;
-use crate::results::manifest;
+use super::gate::Outcome;
+use crate::results::manifest::{self, NoisyPoints};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRef {
@@ -33,6 +34,10 @@ pub struct RunRef {
     /// run starts is no evidence of a change in the code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busy_host: Option<String>,
+    /// Its noisy points, and how many of them were measured again
+    /// (`testbed run --rerun-noisy`); absent when none is noisy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noisy: Option<NoisyPoints>,
 }
 
 /// One run's value: its median and the repetitions it is over.
@@ -109,16 +114,34 @@ impl History {
             .collect()
     }
 
-    /// Why the newest run cannot decide a regression: its host was busy.
-    pub fn newest_busy(&self) -> Option<&str> {
-        self.runs.last().and_then(|r| r.busy_host.as_deref())
+    /// The newest run's noisy points, when it has any.
+    pub fn newest_noisy(&self) -> Option<&NoisyPoints> {
+        self.runs
+            .last()
+            .and_then(|r| r.noisy.as_ref())
+            .filter(|n| n.noisy > 0)
     }
 
-    /// What fails `--fail-on-change`: a regression the newest run starts,
-    /// measured on a quiet host. On a busy one it is undecided: other
-    /// processes slow a run down as a regression would.
-    pub fn newest_fails(&self) -> bool {
-        !self.newest_regressions().is_empty() && self.newest_busy().is_none()
+    /// The `--fail-on-change` gate: a regression when the newest run
+    /// starts a change the worse way. A noisy point excuses none: only
+    /// when every noisy point of the newest run was measured again
+    /// (`testbed run --rerun-noisy`) and is still noisy is the change
+    /// inconclusive, since other processes slow a run down as a regression
+    /// would. Noisy points that were not measured again make the newest
+    /// run inconclusive even without a change: they may hide one.
+    pub fn outcome(&self) -> Outcome {
+        let noisy = self.newest_noisy();
+        if !self.newest_regressions().is_empty() {
+            if noisy.is_some_and(NoisyPoints::all_rerun) {
+                Outcome::Inconclusive
+            } else {
+                Outcome::Regression
+            }
+        } else if noisy.is_some_and(|n| n.not_rerun() > 0) {
+            Outcome::Inconclusive
+        } else {
+            Outcome::Pass
+        }
     }
 }
 
@@ -187,6 +210,7 @@ pub fn history(
             started_at: m.started_at.clone(),
             dir: dir.clone(),
             busy_host: m.busy_host(),
+            noisy: Some(m.noisy()).filter(|n| n.noisy > 0),
         });
         for v in compare::values(&rf) {
             if !v.point.est.value.is_finite() {
@@ -304,27 +328,34 @@ pub fn render(h: &History) -> String {
         h.max_p,
         fmt_num(h.min_effect * 100.0)
     );
-    match (newest.len(), h.runs.last(), h.newest_busy()) {
+    let noisy = h.newest_noisy();
+    match (newest.len(), h.runs.last(), h.outcome()) {
         (0, _, _) | (_, None, _) => {
             let _ = writeln!(s, "newest run: no regression starts there");
         }
-        (n, Some(r), None) => {
+        (n, Some(r), Outcome::Inconclusive) => {
+            let _ = writeln!(
+                s,
+                "newest run: INCONCLUSIVE, {} starts a new segment at {n} values, but {}: run it again on a quiet host",
+                r.name,
+                noisy.map(NoisyPoints::text).unwrap_or_default()
+            );
+        }
+        (n, Some(r), _) => {
             let _ = writeln!(
                 s,
                 "newest run: REGRESSION, {} starts a new segment at {n} values",
                 r.name
             );
         }
-        (n, Some(r), Some(busy)) => {
-            let _ = writeln!(
-                s,
-                "newest run: undecided, {} starts a new segment at {n} values, but {busy}: not a failure; run it again on a quiet host",
-                r.name
-            );
-        }
     }
-    if let Some(busy) = h.newest_busy() {
-        let _ = writeln!(s, "newest run: {busy}");
+    if let Some(n) = noisy {
+        let why = match (newest.is_empty(), n.not_rerun()) {
+            (_, 0) => String::new(),
+            (true, _) => ": INCONCLUSIVE, they may hide a change; run them again (testbed run SPEC --resume --rerun-noisy --out RUN)".into(),
+            (false, _) => ": a noisy point excuses no change unless it was run again (testbed run --rerun-noisy) and is still noisy".into(),
+        };
+        let _ = writeln!(s, "newest run: {}{why}", n.text());
     }
     s
 }

@@ -895,7 +895,9 @@ fn a_reproduction_reports_each_claim_once_decided_on_the_run_that_measured_it() 
 
 #[test]
 fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
-    use super::gate::against_baseline;
+    use super::gate::{Outcome, against_baseline};
+    use crate::results::manifest::NoisyPoints;
+    let quiet = NoisyPoints::default();
     let t = tempfile::tempdir().unwrap();
     let defs = defs(t.path());
     let claims = |dir: PathBuf| -> Vec<super::ClaimResult> {
@@ -911,8 +913,8 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
     assert!(held >= 5, "{held}");
 
     // The same data: every claim that held still holds.
-    let same = against_baseline(&base, &base, None);
-    assert!(same.passes());
+    let same = against_baseline(&base, &base, &quiet, false);
+    assert_eq!(same.outcome(), Outcome::Pass);
     assert_eq!(
         (same.kept, same.lost.len(), same.weakened.len()),
         (held, 0, 0)
@@ -920,24 +922,34 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
 
     // Read throughput now rises with depth: "read falls" no longer holds.
     let rising = claims(lookups_run_with(t.path(), "rising", |d| 25.0 * d));
-    // Measured on a busy host, the same loss decides nothing: listed with
-    // the reason, not failed.
-    let busy = against_baseline(
-        &base,
-        &rising,
-        Some("2 of 2 points measured on a busy host"),
-    );
-    assert!(busy.passes());
-    let weak = busy.weakened.iter().find(|c| c.id == "falls").unwrap();
+    // Measured on a busy host, the same loss is still lost; only after
+    // --rerun-noisy measured each noisy point again, still noisy, is it
+    // inconclusive, with the reason.
+    let busy = |rerun| NoisyPoints {
+        noisy: 2,
+        rerun,
+        measured: 12,
+        limit_pct: 10.0,
+    };
+    let not_rerun = against_baseline(&base, &rising, &busy(0), true);
+    assert_eq!(not_rerun.outcome(), Outcome::Regression);
+    let still_noisy = against_baseline(&base, &rising, &busy(2), true);
+    assert_eq!(still_noisy.outcome(), Outcome::Inconclusive);
+    let weak = still_noisy
+        .lost_on_noise
+        .iter()
+        .find(|c| c.id == "falls")
+        .unwrap();
     assert_eq!(weak.now, Some(Verdict::DoesNotHold));
     assert!(
-        weak.numbers
-            .ends_with("but 2 of 2 points measured on a busy host"),
+        still_noisy
+            .text()
+            .contains("lost on a busy host (INCONCLUSIVE: 2 of 12 points measured on a busy host"),
         "{}",
-        weak.numbers
+        still_noisy.text()
     );
-    let gate = against_baseline(&base, &rising, None);
-    assert!(!gate.passes());
+    let gate = against_baseline(&base, &rising, &quiet, false);
+    assert_eq!(gate.outcome(), Outcome::Regression);
     let lost: Vec<&str> = gate.lost.iter().map(|c| c.id.as_str()).collect();
     assert!(lost.contains(&"falls"), "{lost:?}");
     assert!(
@@ -949,13 +961,13 @@ fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
     );
     let text = gate.text();
     assert!(
-        text.contains("t-lookups/falls") && text.ends_with("FAILS\n"),
+        text.contains("t-lookups/falls") && text.ends_with("REGRESSION (exit 1)\n"),
         "{text}"
     );
 
-    // A run without read cannot decide "read falls": listed, not failed.
+    // A run without read cannot decide "read falls": inconclusive, not lost.
     let hook = claims(hook_only_run(t.path(), 3));
-    let gate = against_baseline(&base, &hook, None);
+    let gate = against_baseline(&base, &hook, &quiet, false);
     let weak = gate.weakened.iter().find(|c| c.id == "falls").unwrap();
     assert_eq!(weak.now, Some(Verdict::NotMeasurable));
     assert!(
@@ -1006,7 +1018,9 @@ fn history_run(t: &Path, name: &str, i: u64, read_level: f64, experiment: &str) 
 fn history_finds_a_ten_percent_step_at_its_run_and_none_in_a_flat_history() {
     use super::changepoint::Config;
     use super::compare::Flag;
+    use super::gate::Outcome;
     use super::history::{history, run_dirs};
+    use crate::results::manifest::NoisyPoints;
     let t = tempfile::tempdir().unwrap();
     let defs = defs(t.path());
     let cfg = Config::default();
@@ -1077,17 +1091,42 @@ fn history_finds_a_ten_percent_step_at_its_run_and_none_in_a_flat_history() {
     // The speedup panel has no better direction: any change there counts.
     assert_eq!(regs.len(), 4, "{text}");
     assert!(text.contains("newest run: REGRESSION, r8"), "{text}");
-    assert!(newest.newest_fails());
-    // The same step in a run measured on a busy host: undecided, no failure.
+    assert_eq!(newest.outcome(), Outcome::Regression);
+    // The same step in a run measured on a busy host: a noisy point
+    // excuses nothing, the step is still a regression...
     let mut busy = newest.clone();
-    busy.runs[8].busy_host = Some("3 of 4 points measured on a busy host".into());
+    let noisy = |rerun| NoisyPoints {
+        noisy: 3,
+        rerun,
+        measured: 4,
+        limit_pct: 10.0,
+    };
+    busy.runs[8].noisy = Some(noisy(0));
     let busy_text = super::history::render(&busy);
-    assert!(!busy.newest_fails(), "{busy_text}");
+    assert_eq!(busy.outcome(), Outcome::Regression, "{busy_text}");
     assert!(
-        busy_text.contains("newest run: undecided, r8 starts a new segment at 4 values, but 3 of 4 points measured on a busy host"),
+        busy_text.contains("newest run: REGRESSION, r8"),
+        "{busy_text}"
+    );
+    assert!(
+        busy_text.contains("a noisy point excuses no change unless it was run again"),
+        "{busy_text}"
+    );
+    // ...unless every noisy point was run again and is still noisy:
+    // inconclusive, with the reason.
+    busy.runs[8].noisy = Some(noisy(3));
+    let busy_text = super::history::render(&busy);
+    assert_eq!(busy.outcome(), Outcome::Inconclusive, "{busy_text}");
+    assert!(
+        busy_text.contains("newest run: INCONCLUSIVE, r8 starts a new segment at 4 values, but 3 of 4 points measured on a busy host"),
         "{busy_text}"
     );
     assert!(!busy_text.contains("REGRESSION, r8"), "{busy_text}");
+    // Noisy points not run again make even a flat newest run inconclusive.
+    let mut flat_busy = flat.clone();
+    flat_busy.runs[7].noisy = Some(noisy(1));
+    assert_eq!(flat.outcome(), Outcome::Pass);
+    assert_eq!(flat_busy.outcome(), Outcome::Inconclusive);
     // As JSON too.
     let json = serde_json::to_value(&newest).unwrap();
     assert_eq!(json["changed"][2]["panel"], "tput", "{json}");

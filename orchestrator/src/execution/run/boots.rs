@@ -34,7 +34,13 @@ pub const MAX_NOISY_RERUNS: usize = 2;
 
 /// A finished point `--rerun-noisy` runs again.
 fn rerun_for_noise(rec: &PointRecord, opts: &RunOptions) -> bool {
-    opts.rerun_noisy && rec.ok && rec.noisy() && rec.earlier.len() < MAX_NOISY_RERUNS
+    opts.rerun_noisy && may_rerun_for_noise(rec)
+}
+
+/// A finished, noisy point that has not run again as often as
+/// `--rerun-noisy` allows: what `--rerun-noisy` would run again.
+pub fn may_rerun_for_noise(rec: &PointRecord) -> bool {
+    rec.ok && rec.noisy() && rec.earlier.len() < MAX_NOISY_RERUNS
 }
 
 pub(super) fn run_boots(

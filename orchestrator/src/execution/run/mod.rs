@@ -92,6 +92,7 @@ mod inputs;
 pub(crate) mod start;
 mod vm;
 
+pub use boots::{MAX_NOISY_RERUNS, may_rerun_for_noise};
 pub(crate) use inputs::build_shared;
 pub use vm::probe_boot;
 

@@ -56,6 +56,52 @@ impl PointRecord {
     pub fn noisy(&self) -> bool {
         self.noise.as_ref().is_some_and(|n| n.noisy)
     }
+
+    /// Whether `--rerun-noisy` measured this point again: an earlier
+    /// attempt that finished (one that failed left the point as it was).
+    pub fn measured_again(&self) -> bool {
+        self.earlier.iter().any(|e| e.error.is_none())
+    }
+}
+
+/// A run's points measured on a busy host, after any `--rerun-noisy`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NoisyPoints {
+    /// Points whose measurement is noisy.
+    pub noisy: usize,
+    /// Of those, the points measured again and still noisy.
+    pub rerun: usize,
+    /// Points with a noise record.
+    pub measured: usize,
+    /// The limit they were judged by, in % of the host's CPU.
+    pub limit_pct: f64,
+}
+
+impl NoisyPoints {
+    /// Noisy points that were not measured again.
+    pub fn not_rerun(&self) -> usize {
+        self.noisy - self.rerun
+    }
+
+    /// Some points are noisy, and every one was measured again.
+    pub fn all_rerun(&self) -> bool {
+        self.noisy > 0 && self.rerun == self.noisy
+    }
+
+    /// "2 of 10 points measured on a busy host (other processes above
+    /// 10 % of its CPU), 1 of them run again and still noisy".
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{} of {} points measured on a busy host (other processes above {} % of its CPU)",
+            self.noisy, self.measured, self.limit_pct
+        );
+        match (self.rerun, self.noisy) {
+            (0, _) => s.push_str(", none run again"),
+            (r, n) if r == n => s.push_str(", each run again and still noisy"),
+            (r, _) => s.push_str(&format!(", {r} of them run again and still noisy")),
+        }
+        s
+    }
 }
 
 /// Another attempt at a point: a finished measurement a rerun replaced
@@ -274,6 +320,23 @@ impl Manifest {
         (noisy, total)
     }
 
+    /// The noisy points and how many of them were measured again.
+    pub fn noisy(&self) -> NoisyPoints {
+        let mut n = NoisyPoints::default();
+        for p in &self.points {
+            let Some(noise) = &p.noise else { continue };
+            n.measured += 1;
+            if noise.noisy {
+                if n.noisy == 0 {
+                    n.limit_pct = noise.noisy_above_pct;
+                }
+                n.noisy += 1;
+                n.rerun += usize::from(p.measured_again());
+            }
+        }
+        n
+    }
+
     /// "k of n points measured on a busy host", when any was.
     pub fn busy_host(&self) -> Option<String> {
         match self.noisy_points() {
@@ -397,6 +460,80 @@ mod tests {
         }
         assert_eq!(super::parse_utc("2026-13-01T00:00:00Z"), None);
         assert_eq!(super::parse_utc("yesterday"), None);
+    }
+
+    #[test]
+    fn noisy_points_count_those_measured_again_and_still_noisy() {
+        use super::{EarlierMeasurement, PointRecord};
+        let noise = |noisy: bool| crate::noise::HostNoise {
+            others_pct: if noisy { 40.0 } else { 1.0 },
+            steal_pct: 0.0,
+            own_pct: 50.0,
+            load1: None,
+            interval_s: 1.0,
+            noisy_above_pct: 10.0,
+            noisy,
+        };
+        let point = |id: &str, noisy: Option<bool>, earlier: Vec<Option<&str>>| PointRecord {
+            id: id.into(),
+            point: 0,
+            rep: 0,
+            params: Default::default(),
+            workload: None,
+            seed: 0,
+            ok: true,
+            error: None,
+            wall_s: None,
+            samples: 0,
+            summary: Default::default(),
+            boot: 0,
+            noise: noisy.map(noise),
+            host_cost: None,
+            earlier: earlier
+                .into_iter()
+                .map(|error| EarlierMeasurement {
+                    error: error.map(String::from),
+                    noise: Some(noise(true)),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let mut m: super::Manifest = serde_json::from_value(serde_json::json!({
+            "testbed_version": "0.1.0", "status": "complete", "experiment": "e",
+            "run_id": "r", "figures": [], "spec_file": "e.toml", "spec_sha256": "00",
+            "spec": {}, "executor": "host", "accel": null, "timing_note": "",
+            "qemu_argv": [], "guest": null, "boots": [], "boot_to_agent_ms": [],
+            "devices": [], "seed": 1, "points": [], "started_at": "", "finished_at": null,
+            "wall_s": null,
+        }))
+        .unwrap();
+        m.points = vec![
+            point("quiet", Some(false), vec![]),
+            // Noisy once, quiet after its rerun: not noisy.
+            point("calmed", Some(false), vec![None]),
+            point("unmeasured", None, vec![]),
+            point("never-rerun", Some(true), vec![]),
+            // Its only rerun failed: the noisy measurement stands alone.
+            point("rerun-failed", Some(true), vec![Some("boot failed")]),
+            point("still-noisy", Some(true), vec![Some("boot failed"), None]),
+        ];
+        let n = m.noisy();
+        assert_eq!((n.noisy, n.rerun, n.measured), (3, 1, 5));
+        assert_eq!((n.not_rerun(), n.all_rerun()), (2, false));
+        assert_eq!(
+            n.text(),
+            "3 of 5 points measured on a busy host (other processes above 10 % of its CPU), 1 of them run again and still noisy"
+        );
+        m.points.truncate(3);
+        m.points
+            .push(point("still-noisy", Some(true), vec![None, None]));
+        let n = m.noisy();
+        assert!(n.all_rerun());
+        assert!(
+            n.text().ends_with(", each run again and still noisy"),
+            "{}",
+            n.text()
+        );
     }
 
     #[test]
