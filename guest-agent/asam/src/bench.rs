@@ -1,6 +1,7 @@
 //! `bench-preproc`: coordinate sort and duplicate marking of one aligned
 //! SAM file (bwa's output) by each tool, every stage timed on its own, then
-//! ArrowSAM's result gated against samtools' order and Picard's duplicates.
+//! ArrowSAM's result gated against samtools' order and Picard's duplicates
+//! and metrics, and every other tool's duplicate sets against Picard's.
 //!
 //! Equal accounting. Every tool starts from the same SAM file and ends with
 //! a coordinate-sorted, duplicate-marked BAM file in the same directory
@@ -33,13 +34,23 @@
 //! Gates (untimed, after all tools ran; see [`crate::gates`]): ArrowSAM's
 //! BAM must hold the records of `samtools sort` of the same SAM in the same
 //! coordinate order, whole records compared; its duplicate set must be
-//! Picard's (Picard's own run when `picard` is a tool, else an untimed
-//! one), and its metrics' counts Picard's. A failed gate fails the whole
-//! run, naming the differing reads: no number of a wrong result is printed.
-//! Every other tool's duplicate set is compared with Picard's the same way
-//! but reported, not gated ([`Agreement`]): samblaster, for one, keeps the
-//! first pair of a duplicate set it sees where Picard keeps the one with
-//! the best base qualities, by design.
+//! Picard's, record for record, and its metrics' counts Picard's, library
+//! for library. Every other tool's duplicate set goes through the same
+//! comparison with Picard's under its rule ([`gates::Rule::of`]):
+//! samblaster, for one, keeps the first pair of a duplicate set it sees
+//! where Picard keeps the one with the best base qualities, by design, so
+//! the records that differ are reported ([`Agreement`]) while each of
+//! Picard's duplicate sets must have as many records marked, and nothing
+//! outside them (samblaster's orphans, duplicates by its own definition,
+//! reported only).
+//! Picard's reference is its timed run when `picard` is a tool and only
+//! ArrowSAM is gated; the other tools' gate needs Picard's duplicate-set
+//! tags (`TAG_DUPLICATE_SET_MEMBERS`), which the timed run, left as users
+//! run it, does not write: then an untimed MarkDuplicates of Picard's
+//! sorted BAM (or, without `picard`, an untimed sort and MarkDuplicates)
+//! is the reference. Every gate runs; any failure fails the whole run,
+//! each naming its tool, the first differing read (or library) and the
+//! differing reads: no number of a wrong result is printed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,7 +64,7 @@ use crate::bam_out::write_bam;
 use crate::gates::{self, GateError};
 use crate::load::read_sam_into;
 use crate::markdup::mark_duplicates;
-use crate::metrics::{duplication_metrics, write_metrics};
+use crate::metrics::{DuplicationMetrics, duplication_metrics, write_metrics};
 use crate::peak;
 use crate::schema::{BatchLimits, flag, schema, with_flags};
 use crate::sort::sort_batches_with;
@@ -119,16 +130,40 @@ impl BenchReport {
 
 /// Runs every tool, then the gates; a failed gate is an error.
 pub fn bench(o: &BenchOptions) -> Result<BenchReport> {
-    bench_with(o, |_| Ok(()))
+    bench_tampered(o, Tamper::default())
 }
 
 /// As [`bench`], with `tamper` called on ArrowSAM's final batches before
 /// they are written: how a test breaks the result on purpose to see the
 /// gate catch it.
-pub fn bench_with(
+pub fn bench_with<'a>(
     o: &BenchOptions,
-    tamper: impl FnOnce(&mut Vec<RecordBatch>) -> Result<()>,
+    tamper: impl FnOnce(&mut Vec<RecordBatch>) -> Result<()> + 'a,
 ) -> Result<BenchReport> {
+    bench_tampered(
+        o,
+        Tamper {
+            batches: Some(Box::new(tamper)),
+            ..Tamper::default()
+        },
+    )
+}
+
+/// Ways a test breaks a result on purpose, to see the gates catch it.
+#[derive(Default)]
+#[allow(clippy::type_complexity)]
+pub struct Tamper<'a> {
+    /// ArrowSAM's final batches, before its BAM and metrics are written.
+    pub batches: Option<Box<dyn FnOnce(&mut Vec<RecordBatch>) -> Result<()> + 'a>>,
+    /// ArrowSAM's duplicate metrics, before they are written.
+    pub metrics: Option<Box<dyn FnOnce(&mut Vec<DuplicationMetrics>) -> Result<()> + 'a>>,
+    /// The output directory once every tool ran, before the gates: where
+    /// `<tool>.md.bam` is.
+    pub outputs: Option<Box<dyn FnOnce(&Path) -> Result<()> + 'a>>,
+}
+
+/// As [`bench`], with the results broken as `tamper` says.
+pub fn bench_tampered(o: &BenchOptions, tamper: Tamper<'_>) -> Result<BenchReport> {
     if let Some(t) = o.tools.iter().find(|t| !TOOLS.contains(&t.as_str())) {
         return Err(AsamError::Invalid(format!(
             "unknown tool {t:?}; known: {}",
@@ -137,7 +172,12 @@ pub fn bench_with(
     }
     std::fs::create_dir_all(&o.out_dir).map_err(|e| AsamError::io(&o.out_dir, e))?;
     let mut stages = Vec::new();
-    let mut tamper = Some(tamper);
+    let Tamper {
+        batches,
+        metrics,
+        outputs,
+    } = tamper;
+    let mut arrowsam_tamper = Some((batches, metrics));
     for tool in &o.tools {
         match tool.as_str() {
             "picard" => stages.extend(picard(o)?),
@@ -146,12 +186,15 @@ pub fn bench_with(
             "samblaster" => stages.extend(samblaster(o)?),
             "bamsormadup" => stages.extend(bamsormadup(o)?),
             _ => {
-                let t = tamper
+                let (b, m) = arrowsam_tamper
                     .take()
                     .ok_or_else(|| AsamError::Invalid("arrowsam named twice in --tools".into()))?;
-                stages.extend(run_arrowsam(o, t)?);
+                stages.extend(run_arrowsam(o, b, m)?);
             }
         }
+    }
+    if let Some(f) = outputs {
+        f(&o.out_dir)?;
     }
     let verification = verify(o)?;
     Ok(BenchReport {
@@ -160,78 +203,124 @@ pub fn bench_with(
     })
 }
 
-/// The gates on ArrowSAM's BAM and every other tool's agreement with
-/// Picard, each reference made untimed if the timed tools did not already
-/// make it.
-fn verify(o: &BenchOptions) -> Result<Verification> {
-    let others: Vec<&String> = o
-        .tools
+/// The tools whose duplicate sets are gated by [`gates::check_marker`]:
+/// all but Picard (the reference) and ArrowSAM (gated exactly).
+fn markers(o: &BenchOptions) -> Vec<&String> {
+    o.tools
         .iter()
         .filter(|t| !matches!(t.as_str(), "picard" | "arrowsam"))
-        .collect();
+        .collect()
+}
+
+/// Every gate, each reference made untimed if the timed tools did not
+/// already make it; all run before a failure fails the run.
+fn verify(o: &BenchOptions) -> Result<Verification> {
+    let others = markers(o);
     let mut v = Verification {
         duplicates_vs_picard: None,
         order_vs_samtools: None,
+        metrics_vs_picard: None,
         agreement: Vec::new(),
     };
     if others.is_empty() && !o.runs("arrowsam") {
         return Ok(v);
     }
-    let dup_ref = picard_reference(o)?;
+    let reference = picard_reference(o, !others.is_empty())?;
+    let mut failed = Vec::new();
     for tool in others {
         let theirs = o.out_dir.join(format!("{tool}.md.bam"));
-        v.agreement
-            .push(gates::compare_duplicates(tool, &theirs, &dup_ref)?);
+        if let Some(a) = passed(
+            gates::check_marker(tool, &theirs, &reference.bam),
+            &mut failed,
+        )? {
+            v.agreement.push(a);
+        }
     }
     if o.runs("arrowsam") {
-        let (dups, order) = gate_arrowsam(o, &dup_ref)?;
-        v.duplicates_vs_picard = Some(dups);
-        v.order_vs_samtools = Some(order);
+        gate_arrowsam(o, &reference, &mut v, &mut failed)?;
     }
-    Ok(v)
+    if failed.is_empty() {
+        Ok(v)
+    } else {
+        Err(AsamError::Invalid(failed.join("\n")))
+    }
 }
 
-/// Picard's duplicate-marked BAM of the input: the timed run's, or one
-/// made untimed when Picard is not among the tools.
-fn picard_reference(o: &BenchOptions) -> Result<PathBuf> {
-    if o.runs("picard") {
-        return Ok(o.out_dir.join("picard.md.bam"));
+/// A gate's outcome: passed, or its failure kept in `failed` (None); an
+/// error reading the files is the run's error.
+fn passed<T>(r: std::result::Result<T, GateError>, failed: &mut Vec<String>) -> Result<Option<T>> {
+    match r {
+        Ok(p) => Ok(Some(p)),
+        Err(GateError::Failed(m)) => {
+            failed.push(format!("correctness gate failed: {m}"));
+            Ok(None)
+        }
+        Err(GateError::Read(e)) => Err(e),
     }
-    let sorted = o.out_dir.join("gate.picard.sorted.bam");
-    let marked = o.out_dir.join("gate.picard.md.bam");
-    picard_sort(o, &sorted)?;
+}
+
+/// Picard's duplicate-marked BAM of the input and its metrics.
+struct Reference {
+    bam: PathBuf,
+    metrics: PathBuf,
+}
+
+/// Picard's reference: the timed run's when there is one and `sets` (its
+/// duplicate-set tags) is not needed; else an untimed MarkDuplicates with
+/// the tags, of the timed run's sorted BAM or of an untimed SortSam's.
+fn picard_reference(o: &BenchOptions, sets: bool) -> Result<Reference> {
+    if o.runs("picard") && !sets {
+        return Ok(Reference {
+            bam: o.out_dir.join("picard.md.bam"),
+            metrics: o.out_dir.join("picard.metrics.txt"),
+        });
+    }
+    let sorted = if o.runs("picard") {
+        o.out_dir.join("picard.sorted.bam")
+    } else {
+        let sorted = o.out_dir.join("gate.picard.sorted.bam");
+        picard_sort(o, &sorted)?;
+        sorted
+    };
+    let r = Reference {
+        bam: o.out_dir.join("gate.picard.md.bam"),
+        metrics: o.out_dir.join("gate.picard.metrics.txt"),
+    };
     picard_markdup(
         o,
         &sorted,
-        &marked,
-        &o.out_dir.join("gate.picard.metrics.txt"),
+        &r.bam,
+        &r.metrics,
+        &["TAG_DUPLICATE_SET_MEMBERS=true"],
     )?;
-    Ok(marked)
+    Ok(r)
 }
 
-/// ArrowSAM's duplicate gate (against `dup_ref`) and order gate.
-fn gate_arrowsam(o: &BenchOptions, dup_ref: &Path) -> Result<(GatePassed, GatePassed)> {
-    let failed = |e: GateError| match e {
-        GateError::Read(e) => e,
-        GateError::Failed(m) => AsamError::Invalid(format!("correctness gate failed: {m}")),
-    };
+/// ArrowSAM's gates: order (against samtools sort of the input),
+/// duplicates and metrics (against `reference`), each kept in `v` when it
+/// passed, in `failed` when not.
+fn gate_arrowsam(
+    o: &BenchOptions,
+    reference: &Reference,
+    v: &mut Verification,
+    failed: &mut Vec<String>,
+) -> Result<()> {
     let ours = o.arrowsam_bam();
     // samtools sort of the input itself: its sort stage reads fixmate's
     // output, whose records carry extra tags.
     let order_ref = o.out_dir.join("gate.samtools-sorted.bam");
     samtools_sort(o, &o.sam, &order_ref)?;
-    let order = gates::check_order(&ours, &order_ref, flag::DUPLICATE as u16).map_err(failed)?;
-    let dups = gates::check_duplicates(&ours, dup_ref).map_err(failed)?;
-    Ok((
-        GatePassed {
-            records: dups.records,
-            duplicates: dups.duplicates,
-        },
-        GatePassed {
-            records: order.records,
-            duplicates: 0,
-        },
-    ))
+    let as_line = |p: gates::Passed| GatePassed {
+        records: p.records,
+        duplicates: p.duplicates,
+    };
+    let order = gates::check_order(&ours, &order_ref, flag::DUPLICATE as u16);
+    v.order_vs_samtools = passed(order, failed)?.map(as_line);
+    let dups = gates::check_duplicates(&ours, &reference.bam);
+    v.duplicates_vs_picard = passed(dups, failed)?.map(as_line);
+    let metrics = gates::check_metrics(&o.arrowsam_metrics(), &reference.metrics);
+    v.metrics_vs_picard = passed(metrics, failed)?.map(as_line);
+    Ok(())
 }
 
 /// What one stage took: its wall time, its peak resident memory and, for
@@ -315,7 +404,13 @@ fn picard_sort(o: &BenchOptions, out: &Path) -> Result<Usage> {
     PICARD.run_usage(&a)
 }
 
-fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) -> Result<Usage> {
+fn picard_markdup(
+    o: &BenchOptions,
+    input: &Path,
+    out: &Path,
+    metrics: &Path,
+    extra: &[&str],
+) -> Result<Usage> {
     let mut a = vec![
         "MarkDuplicates".to_string(),
         path_arg("I", input),
@@ -324,6 +419,7 @@ fn picard_markdup(o: &BenchOptions, input: &Path, out: &Path, metrics: &Path) ->
         path_arg("TMP_DIR", &o.out_dir),
     ];
     a.extend(PICARD_COMMON.iter().map(|s| s.to_string()));
+    a.extend(extra.iter().map(|s| s.to_string()));
     PICARD.run_usage(&a)
 }
 
@@ -346,8 +442,8 @@ fn picard(o: &BenchOptions) -> Result<Vec<StageResult>> {
     let jvm = picard_jvm_startup()?;
     let jvm_s = t.elapsed().as_secs_f64();
     let sort = tool_stage(|| picard_sort(o, &sorted))?;
-    let md =
-        tool_stage(|| picard_markdup(o, &sorted, &marked, &o.out_dir.join("picard.metrics.txt")))?;
+    let metrics = o.out_dir.join("picard.metrics.txt");
+    let md = tool_stage(|| picard_markdup(o, &sorted, &marked, &metrics, &[]))?;
     let (records, dups) = gates::count_records(&marked)?;
     let mut startup = stage(
         "picard",
@@ -517,9 +613,11 @@ fn bamsormadup(o: &BenchOptions) -> Result<Vec<StageResult>> {
 /// load (SAM -> store), sort (store -> store), markdup (store -> a store
 /// holding only the new flags column), write (store -> BAM and metrics);
 /// each stage reads the previous one's store by memory-mapping it.
+#[allow(clippy::type_complexity)]
 fn run_arrowsam(
     o: &BenchOptions,
-    tamper: impl FnOnce(&mut Vec<RecordBatch>) -> Result<()>,
+    tamper: Option<Box<dyn FnOnce(&mut Vec<RecordBatch>) -> Result<()> + '_>>,
+    tamper_metrics: Option<Box<dyn FnOnce(&mut Vec<DuplicationMetrics>) -> Result<()> + '_>>,
 ) -> Result<Vec<StageResult>> {
     // Removed, with the files in it, when this returns.
     let store = store::Store::create_in(&o.store_dir)?;
@@ -573,7 +671,9 @@ fn run_arrowsam(
     let (write, written) = own_stage(&sd, || {
         let header_text = store::get_text(&header)?;
         let mut batches = final_batches(&store::get(&sorted_store)?, &store::get(&flags_store)?)?;
-        tamper(&mut batches)?;
+        if let Some(t) = tamper {
+            t(&mut batches)?;
+        }
         let n = write_bam(
             &o.arrowsam_bam(),
             &header_text,
@@ -582,7 +682,10 @@ fn run_arrowsam(
             o.threads,
             &o.command_line,
         )?;
-        let metrics = duplication_metrics(&batches, &header_text, &optical_pairs)?;
+        let mut metrics = duplication_metrics(&batches, &header_text, &optical_pairs)?;
+        if let Some(t) = tamper_metrics {
+            t(&mut metrics)?;
+        }
         write_metrics(
             &o.arrowsam_metrics(),
             &metrics,
@@ -650,6 +753,7 @@ mod tests {
                     duplicates: 2,
                 }),
                 order_vs_samtools: None,
+                metrics_vs_picard: None,
                 agreement: Vec::new(),
             },
         };

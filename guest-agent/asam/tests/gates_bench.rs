@@ -1,7 +1,9 @@
 //! bench-preproc end to end on a synthetic SAM with the real tools: every
 //! tool's stages, ArrowSAM's gates, its BAM (samtools quickcheck, Picard
-//! ValidateSamFile) and metrics (Picard's counts); and the gates failing,
-//! naming the read, when ArrowSAM's result is broken on purpose.
+//! ValidateSamFile) and metrics (Picard's counts), the other tools'
+//! duplicate-set gates; and the gates failing, naming the read (or the
+//! library), when ArrowSAM's result, its metrics or another tool's output
+//! is broken on purpose.
 
 mod preproc_data;
 
@@ -10,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{Int32Array, RecordBatch, StringArray};
-use testbed_asam::bench::{BenchOptions, TOOLS, bench, bench_with};
+use testbed_asam::bench::{BenchOptions, TOOLS, Tamper, bench, bench_tampered, bench_with};
 use testbed_asam::metrics::read_metrics;
 use testbed_asam::schema::{BatchLimits, Columns, TAGSS, flag, with_flags};
 
@@ -139,8 +141,12 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
         ours.duplicates.unwrap()
     );
     assert_eq!(v.order_vs_samtools.unwrap().records, ours.records);
-    // Every other tool's duplicate set against Picard's, reported (not a
-    // gate): the same records, and a difference is named.
+    // The metrics gate ran through bench: both libraries, every duplicate.
+    let m = v.metrics_vs_picard.unwrap();
+    assert_eq!((m.records, m.duplicates), (2, ours.duplicates.unwrap()));
+    // Every other tool's duplicate set against Picard's: the records that
+    // differ reported, a difference named, and its duplicate-set gate
+    // passed.
     let tools: Vec<&str> = v.agreement.iter().map(|a| a.tool.as_str()).collect();
     assert_eq!(tools, ["sambamba", "samtools", "samblaster", "bamsormadup"]);
     for a in &v.agreement {
@@ -148,10 +154,16 @@ fn every_tool_runs_its_stages_and_arrowsam_passes_its_gates_with_an_output_picar
         assert_eq!(Some(a.duplicates), markdup(&a.tool).duplicates, "{a:?}");
         assert!(a.differing_reads <= a.differing_records, "{a:?}");
         assert_eq!(a.reads.len() as u64, a.differing_reads.min(20), "{a:?}");
+        let g = a.duplicate_sets.unwrap();
+        assert_eq!(
+            (g.records, g.duplicates),
+            (a.records, a.duplicates),
+            "{a:?}"
+        );
     }
     // samblaster keeps the first pair of a set where Picard keeps the one
     // with the best base qualities: on this data they differ, and the run
-    // still passed.
+    // still passed: its sets are Picard's.
     let sb = &v.agreement[2];
     assert!(sb.differing_records > 0, "{sb:?}");
     // One output directory for every tool's result.
@@ -279,12 +291,150 @@ fn one_flipped_duplicate_flag_fails_the_gate_naming_the_read() {
     });
     let name = name.into_inner().unwrap();
     // The order gate (which ignores 0x400) passed; the duplicate gate,
-    // against an untimed Picard run, did not.
+    // against an untimed Picard run, did not, naming the read and which
+    // side marked it; the metrics, counted from the same flags, fail too.
     assert!(
-        e.contains("duplicate set differs from Picard")
+        e.contains("arrowsam: duplicate set differs from Picard")
             && e.contains("1 records of 1 reads differ")
+            && e.contains(&format!("first: {name} ("))
+            && e.contains("is marked duplicate by Picard, not by arrowsam")
             && e.contains(&format!("reads: {name}")),
         "{name}: {e}"
+    );
+    assert!(
+        e.contains("arrowsam: duplicate metrics' counts differ from Picard's")
+            && !e.contains("order differs"),
+        "{e}"
+    );
+}
+
+#[test]
+#[ignore = "runs samtools sort and Picard MarkDuplicates as the gates' references (~3 s); ./x test runs it"]
+fn a_miscounted_metric_fails_the_metrics_gate_naming_the_library() {
+    let dir = private_dir();
+    let o = setup(dir.path(), &["arrowsam"], 300);
+    let tamper = Tamper {
+        metrics: Some(Box::new(|m: &mut Vec<_>| {
+            let lib: &mut testbed_asam::metrics::DuplicationMetrics = &mut m[0];
+            lib.read_pair_optical_duplicates += 1;
+            Ok(())
+        })),
+        ..Tamper::default()
+    };
+    let e = bench_tampered(&o, tamper).unwrap_err().to_string();
+    // The BAM is right (its gates passed); the metrics file is not.
+    assert!(
+        e.contains("arrowsam: duplicate metrics' counts differ from Picard's")
+            && e.contains("first: library libA: READ_PAIR_OPTICAL_DUPLICATES ")
+            && e.contains("reads: libA")
+            && !e.contains("duplicate set differs")
+            && !e.contains("order differs"),
+        "{e}"
+    );
+    // Untampered, the same run passes its metrics gate.
+    let dir = private_dir();
+    let o = setup(dir.path(), &["arrowsam"], 300);
+    let v = bench(&o).unwrap().verification;
+    assert_eq!(v.metrics_vs_picard.map(|m| m.records), Some(2));
+}
+
+/// Flips the duplicate bit (0x400) of the first record of `bam` whose FLAG
+/// `pick` accepts, rewriting the file with samtools; the read's name.
+fn flip_duplicate(bam: &Path, pick: impl Fn(u16) -> bool) -> String {
+    let out = Command::new("samtools")
+        .args(["view", "-h"])
+        .arg(bam)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut name = None;
+    let mut text = String::new();
+    for l in String::from_utf8(out.stdout).unwrap().lines() {
+        let mut fields: Vec<String> = l.split('\t').map(String::from).collect();
+        if name.is_none() && !l.starts_with('@') {
+            let flag: u16 = fields[1].parse().unwrap();
+            if pick(flag) {
+                fields[1] = (flag ^ 0x400).to_string();
+                name = Some(fields[0].clone());
+            }
+        }
+        text.push_str(&fields.join("\t"));
+        text.push('\n');
+    }
+    let mut child = Command::new("samtools")
+        .args(["view", "-b", "-o"])
+        .arg(bam)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    name.expect("no record to flip")
+}
+
+#[test]
+#[ignore = "runs samblaster, bamsormadup and Picard (its reference) (~6 s); ./x test runs it"]
+fn a_flipped_flag_in_samblasters_and_bamsormadups_output_fails_their_gates_naming_the_reads() {
+    let dir = private_dir();
+    let o = setup(dir.path(), &["samblaster", "bamsormadup"], 1500);
+    // Untouched, both pass their duplicate-set gates.
+    let v = bench(&o).unwrap().verification;
+    assert!(
+        v.agreement.iter().all(|a| a.duplicate_sets.is_some()),
+        "{v:?}"
+    );
+    let flipped = std::sync::Mutex::new(Vec::new());
+    let tamper = Tamper {
+        outputs: Some(Box::new(|out: &Path| {
+            // samblaster marks one more read: the first primary, mapped
+            // record of a pair it left unmarked.
+            let extra = flip_duplicate(&out.join("samblaster.md.bam"), |f| {
+                f & 0x1 != 0 && f & (0x4 | 0x100 | 0x800 | 0x400) == 0
+            });
+            // bamsormadup leaves its first duplicate of a pair unmarked.
+            let missing = flip_duplicate(&out.join("bamsormadup.md.bam"), |f| {
+                f & 0x400 != 0 && f & 0x1 != 0 && f & (0x4 | 0x8 | 0x100 | 0x800) == 0
+            });
+            flipped.lock().unwrap().extend([extra, missing]);
+            Ok(())
+        })),
+        ..Tamper::default()
+    };
+    let e = bench_tampered(&o, tamper).unwrap_err().to_string();
+    let flipped = flipped.into_inner().unwrap();
+    let (extra, missing) = (&flipped[0], &flipped[1]);
+    // One failure per tool, each naming its read first and which side
+    // marked it.
+    let line = |tool: &str| {
+        e.lines()
+            .find(|l| {
+                l.contains(&format!(
+                    "correctness gate failed: {tool}: duplicate sets differ"
+                ))
+            })
+            .unwrap_or_else(|| panic!("no {tool} failure in {e}"))
+            .to_string()
+    };
+    let sb = line("samblaster");
+    assert!(
+        sb.contains(&format!("first: {extra} ("))
+            && sb.contains("is marked duplicate by samblaster, not by Picard"),
+        "{extra}: {sb}"
+    );
+    let bs = line("bamsormadup");
+    assert!(
+        bs.contains(&format!("first: {missing} ("))
+            && bs.contains("is marked duplicate by Picard, not by bamsormadup")
+            && bs.contains("(Picard's duplicate set DI:")
+            && bs.contains("bamsormadup marks 1 record(s) fewer of it than Picard"),
+        "{missing}: {bs}"
     );
 }
 

@@ -2,7 +2,9 @@
 //! (bwa, samtools, Picard, bcftools) and the real binary: the tiny data set
 //! once, then `testbed-asam workflow` per placement. Every placement must
 //! produce the same final records and, so, the same calls; ArrowSAM's
-//! records pass the gates against samtools and Picard; the stages are the
+//! records pass the gates against samtools and Picard, samblaster's and
+//! bamsormadup's duplicate sets the gate against Picard's (and a
+//! samblaster that marks one read too many fails it); the stages are the
 //! figure's stages; CPU samples arrive.
 
 use std::path::Path;
@@ -28,15 +30,7 @@ fn prepare(root: &Path) -> Prepared {
 }
 
 fn workflow(p: &Prepared, placement: &str, disk: &Path, extra: &[&str]) -> Vec<WorkflowLine> {
-    let info = p.dir.as_ref().unwrap().join("prepared.json");
-    let out = Command::new(BIN)
-        .args(["workflow", "--json", "--threads", "2", "--cpu-hz", "20"])
-        .args(["--placement", placement, "--callers", "bcftools"])
-        .arg("--prepared")
-        .arg(&info)
-        .arg("--disk-dir")
-        .arg(disk)
-        .args(extra)
+    let out = workflow_command(p, placement, disk, extra)
         .output()
         .unwrap();
     assert!(
@@ -48,6 +42,19 @@ fn workflow(p: &Prepared, placement: &str, disk: &Path, extra: &[&str]) -> Vec<W
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+fn workflow_command(p: &Prepared, placement: &str, disk: &Path, extra: &[&str]) -> Command {
+    let info = p.dir.as_ref().unwrap().join("prepared.json");
+    let mut c = Command::new(BIN);
+    c.args(["workflow", "--json", "--threads", "2", "--cpu-hz", "20"])
+        .args(["--placement", placement, "--callers", "bcftools"])
+        .arg("--prepared")
+        .arg(&info)
+        .arg("--disk-dir")
+        .arg(disk)
+        .args(extra);
+    c
 }
 
 fn done(lines: &[WorkflowLine]) -> &DoneLine {
@@ -205,7 +212,7 @@ fn pipes_refuse_a_baseline_that_reads_twice_and_bqsr_is_arrowsam_only() {
 }
 
 #[test]
-#[ignore = "prepares the tiny data set with bwa and runs samblaster and bamsormadup on disk and through pipes (~20 s); ./x test runs it"]
+#[ignore = "prepares the tiny data set with bwa and runs samblaster and bamsormadup on disk and through pipes, each checked against Picard (~60 s); ./x test runs it"]
 fn samblaster_and_bamsormadup_run_on_disk_and_fed_by_bwas_pipe() {
     let root = tempfile::tempdir().unwrap();
     let disk = root.path().join("disk");
@@ -217,7 +224,7 @@ fn samblaster_and_bamsormadup_run_on_disk_and_fed_by_bwas_pipe() {
         ("bamsormadup", vec!["align", "sort-markdup", "call"]),
     ] {
         for placement in ["disk", "pipes"] {
-            let lines = workflow(&p, placement, &disk, &["--baseline", baseline]);
+            let lines = workflow(&p, placement, &disk, &["--baseline", baseline, "--check"]);
             assert_eq!(stages(&lines), stage_list, "{baseline} {placement}");
             // The tool is named on its stages.
             assert!(
@@ -233,6 +240,74 @@ fn samblaster_and_bamsormadup_run_on_disk_and_fed_by_bwas_pipe() {
             assert_eq!(d.records, want, "{baseline} {placement}");
             assert!(d.duplicates > 0, "{baseline} {placement}");
             assert_eq!(calls(&lines, false).len(), 3, "{baseline} {placement}");
+            // Its duplicate sets passed the gate against Picard's.
+            let want = format!(
+                "duplicate sets: {baseline} marks as many records as Picard MarkDuplicates in each of its duplicate sets, and no other ({} duplicates, {} records; ",
+                d.duplicates, d.records
+            );
+            assert!(
+                d.checks.iter().any(|c| c.starts_with(&want)),
+                "{baseline} {placement}: {:?}",
+                d.checks
+            );
         }
     }
+}
+
+#[test]
+#[ignore = "prepares the tiny data set with bwa, runs samblaster through pipes and Picard (~20 s); ./x test runs it"]
+fn a_samblaster_that_marks_one_read_too_many_fails_the_point_naming_the_read() {
+    let root = tempfile::tempdir().unwrap();
+    let disk = root.path().join("disk");
+    let p = prepare(&root.path().join("data"));
+    // The real samblaster, then one more read marked duplicate: the first
+    // primary, mapped record of a pair it left unmarked, named in a file.
+    let real = String::from_utf8(
+        Command::new("which")
+            .arg("samblaster")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let bin = root.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let flipped = root.path().join("flipped");
+    let script = format!(
+        r#"#!/bin/sh
+"{real}" "$@" | perl -ne 'if (!$done && !/^@/) {{ my @f = split /\t/; if (($f[1] & 1) && !($f[1] & 0x904) && !($f[1] & 0x400)) {{ $f[1] |= 0x400; $done = 1; open(my $o, ">", "{}") or die; print $o $f[0]; close $o; $_ = join("\t", @f); }} }} print'
+"#,
+        flipped.display()
+    );
+    let wrapper = bin.join("samblaster");
+    std::fs::write(&wrapper, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let args = ["--baseline", "samblaster", "--check"];
+    let out = workflow_command(&p, "pipes", &disk, &args)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let name = std::fs::read_to_string(&flipped).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("correctness gate failed: samblaster: duplicate sets differ")
+            && err.contains(&format!("first: {name} ("))
+            && err.contains("is marked duplicate by samblaster, not by Picard"),
+        "{name}: {err}"
+    );
+    // Without --check the same broken run passes: the check is what fails it.
+    let out = workflow_command(&p, "pipes", &disk, &args[..2])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

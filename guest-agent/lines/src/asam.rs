@@ -183,20 +183,26 @@ impl SummaryLine {
     }
 }
 
-/// ArrowSAM's correctness gates. `bench-preproc` prints a summary only
-/// when every gate passed (a failed gate exits non-zero naming the
-/// differing reads), so a gate here is one that passed; `None` when
-/// ArrowSAM did not run.
+/// The correctness gates. `bench-preproc` prints a summary only when
+/// every gate passed (a failed gate exits non-zero naming the differing
+/// reads), so a gate here is one that passed; `None` when its tool did not
+/// run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verification {
     /// ArrowSAM's duplicate set equals Picard MarkDuplicates'.
     pub duplicates_vs_picard: Option<GatePassed>,
     /// ArrowSAM's records, whole, are in `samtools sort`'s order.
     pub order_vs_samtools: Option<GatePassed>,
+    /// ArrowSAM's duplicate metrics have Picard's counts for every library
+    /// (`records`: libraries; `duplicates`: duplicate reads). Absent in
+    /// lines of older binaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_vs_picard: Option<GatePassed>,
     /// Every other tool's duplicate set against Picard's on the same
-    /// input: reported, not gated, since some tools define a duplicate
-    /// differently by design (samblaster keeps the first pair it sees, not
-    /// the best-scoring one).
+    /// input: how many records differ (reported), and the duplicate-set
+    /// gate each passed ([`Agreement::duplicate_sets`]): which member of a
+    /// set a tool keeps differs by design (samblaster keeps the first pair
+    /// it sees, not the best-scoring one), the sets do not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agreement: Vec<Agreement>,
 }
@@ -216,6 +222,11 @@ pub struct Agreement {
     pub differing_reads: u64,
     /// The first of those names, sorted (at most 20).
     pub reads: Vec<String>,
+    /// The duplicate-set gate passed: in each of Picard's duplicate sets
+    /// the tool marks as many records as Picard, whichever it keeps, and
+    /// elsewhere what Picard marks. Absent in lines of older binaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_sets: Option<GatePassed>,
 }
 
 /// What a passed gate compared.

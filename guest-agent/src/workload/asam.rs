@@ -8,9 +8,10 @@
 //! Every tool goes from the same SAM file to a sorted, duplicate-marked
 //! BAM in one output directory, each stage it needs timed (see
 //! testbed-asam's `bench` module); Picard's JVM start-up is its own stage
-//! (`jvm-startup`). A point fails when ArrowSAM's correctness gates fail
-//! (bench-preproc exits non-zero naming the differing reads) or its summary
-//! lacks a passed gate.
+//! (`jvm-startup`). A point fails when a correctness gate fails
+//! (bench-preproc exits non-zero naming the tool and the first differing
+//! read) or its summary lacks a passed gate: ArrowSAM's order, duplicates
+//! and metrics, and every other tool's duplicate sets against Picard's.
 //!
 //! `dataset` names a size preset (chromosomes × length, coverage); any of
 //! them may be set explicitly, so a sweep over `dataset` walks the sizes
@@ -404,9 +405,10 @@ fn record(
     if p.tools.iter().any(|t| t == "arrowsam") {
         // bench-preproc fails on a failed gate; a summary without a passed
         // one means its gates did not run, and its numbers do not count.
-        let (Some(dups), Some(order)) = (
+        let (Some(dups), Some(order), Some(metrics)) = (
             verification.duplicates_vs_picard,
             verification.order_vs_samtools,
+            verification.metrics_vs_picard,
         ) else {
             return Err(WorkloadError::Other(format!(
                 "testbed-asam bench-preproc: ArrowSAM's correctness gates did not run: {verification:?}"
@@ -424,10 +426,37 @@ fn record(
             "arrowsam.gate_order_records".into(),
             serde_json::json!(order.records),
         );
+        s.insert(
+            "arrowsam.gate_metrics_libraries".into(),
+            serde_json::json!(metrics.records),
+        );
     }
-    // Every other tool's duplicate set against Picard's: reported as the
-    // records that differ (0 = agrees exactly), a point that differs still
-    // counts.
+    // Every other tool's duplicate sets passed their gate against Picard's
+    // (bench-preproc fails when one does not); a summary without it means
+    // the gate did not run.
+    for t in p
+        .tools
+        .iter()
+        .filter(|t| !matches!(t.as_str(), "picard" | "arrowsam"))
+    {
+        let gate = verification
+            .agreement
+            .iter()
+            .find(|a| &a.tool == t)
+            .and_then(|a| a.duplicate_sets)
+            .ok_or_else(|| {
+                WorkloadError::Other(format!(
+                    "testbed-asam bench-preproc: {t}'s duplicate-set gate did not run: {verification:?}"
+                ))
+            })?;
+        s.insert(
+            format!("{t}.gate_duplicate_sets_records"),
+            serde_json::json!(gate.records),
+        );
+    }
+    // Every other tool's duplicate set against Picard's record for record:
+    // reported as the records that differ (0 = agrees exactly; the rest is
+    // which member of a set a tool keeps, which its gate allows).
     for (i, a) in verification.agreement.iter().enumerate() {
         let tags = BTreeMap::from([("tool".to_string(), a.tool.clone())]);
         ctx.emit_samples(
@@ -520,7 +549,18 @@ pub fn preproc_line(summary: &Summary) -> Option<String> {
     }
     if let Some(n) = num("arrowsam.gate_duplicates_records".into()) {
         line.push_str(&format!(
-            "; arrowsam gates passed: duplicates = picard's, whole-record order = samtools' ({n:.0} records)"
+            "; arrowsam gates passed: duplicates = picard's, whole-record order = samtools', metrics = picard's ({n:.0} records)"
+        ));
+    }
+    let gated: Vec<&str> = TOOLS
+        .iter()
+        .copied()
+        .filter(|t| summary.contains_key(&format!("{t}.gate_duplicate_sets_records")))
+        .collect();
+    if !gated.is_empty() {
+        line.push_str(&format!(
+            "; duplicate sets = picard's: {}",
+            gated.join(", ")
         ));
     }
     Some(line)
@@ -663,8 +703,10 @@ mod tests {
 
     #[test]
     fn stage_and_summary_lines_make_samples_and_the_summary() {
-        let p = params(serde_json::json!({"dataset": "tiny", "tools": ["picard", "arrowsam"]}))
-            .unwrap();
+        let p = params(
+            serde_json::json!({"dataset": "tiny", "tools": ["picard", "samblaster", "arrowsam"]}),
+        )
+        .unwrap();
         let dataset: Prepared = serde_json::from_value(serde_json::json!({
             "sam": "/d/aligned.sam", "reference": "/d/ref.fa", "cached": true,
             "pairs": 100, "duplicate_pairs": 10,
@@ -675,7 +717,7 @@ mod tests {
                 r#"{{"tool":"{tool}","stage":"{stage}","seconds":{seconds},"records":200,"duplicates":{dups}}}"#
             )
         };
-        let passed = r#"{"summary":true,"verification":{"duplicates_vs_picard":{"records":200,"duplicates":20},"order_vs_samtools":{"records":200,"duplicates":0},"agreement":[{"tool":"samblaster","records":200,"duplicates":21,"differing_records":4,"differing_reads":2,"reads":["r1","r7"]}]}}"#;
+        let passed = r#"{"summary":true,"verification":{"duplicates_vs_picard":{"records":200,"duplicates":20},"order_vs_samtools":{"records":200,"duplicates":0},"metrics_vs_picard":{"records":2,"duplicates":20},"agreement":[{"tool":"samblaster","records":200,"duplicates":21,"differing_records":4,"differing_reads":2,"reads":["r1","r7"],"duplicate_sets":{"records":200,"duplicates":21}}]}}"#;
         let with_memory = r#"{"tool":"arrowsam","stage":"sort","seconds":0.1,"records":200,"duplicates":null,"peak_rss_bytes":1000,"store_bytes":500}"#;
         let out = [
             stage("picard", "jvm-startup", 0.5, "null"),
@@ -685,6 +727,8 @@ mod tests {
             with_memory.to_string(),
             stage("arrowsam", "markdup", 0.5, "20"),
             stage("arrowsam", "write", 0.3, "20"),
+            stage("samblaster", "markdup", 0.2, "21"),
+            stage("samblaster", "sort", 0.4, "null"),
             passed.to_string(),
         ]
         .join("\n");
@@ -705,6 +749,8 @@ mod tests {
         assert_eq!(s["records"], 200);
         assert_eq!(s["arrowsam.gate_duplicates_records"], 200);
         assert_eq!(s["arrowsam.gate_order_records"], 200);
+        assert_eq!(s["arrowsam.gate_metrics_libraries"], 2);
+        assert_eq!(s["samblaster.gate_duplicate_sets_records"], 200);
         assert_eq!(s["dataset.pairs"], 100);
         assert_eq!(s["dataset.cached"], true);
         // The sort's memory is the process's peak plus the store's bytes.
@@ -718,8 +764,8 @@ mod tests {
         );
         {
             let chunks = sink.0.lock().unwrap();
-            // 7 stage times, the sort's memory and store, one agreement.
-            assert_eq!(chunks.len(), 10);
+            // 9 stage times, the sort's memory and store, one agreement.
+            assert_eq!(chunks.len(), 12);
             let a = chunks
                 .iter()
                 .find(|c| c.metric == "duplicates_differing_from_picard")
@@ -729,7 +775,7 @@ mod tests {
         }
         // Without the summary line, a stage a tool needs, or a passed gate,
         // the point fails.
-        let e = record(&p, &ctx, &dataset, &lines[..7]).unwrap_err();
+        let e = record(&p, &ctx, &dataset, &lines[..9]).unwrap_err();
         assert!(e.to_string().contains("no summary"), "{e}");
         let mut no_write = lines.clone();
         no_write.remove(6);
@@ -740,13 +786,23 @@ mod tests {
         let e = record(&p, &ctx, &dataset, &no_jvm).unwrap_err();
         assert!(e.to_string().contains("jvm-startup"), "{e}");
         let mut ungated = lines.clone();
-        ungated[7] = child::json_line(
+        ungated[9] = child::json_line(
             r#"{"summary":true,"verification":{"duplicates_vs_picard":null,"order_vs_samtools":null}}"#,
             "bench-preproc",
         )
         .unwrap();
         let e = record(&p, &ctx, &dataset, &ungated).unwrap_err();
         assert!(e.to_string().contains("gates did not run"), "{e}");
+        // A line of an older binary: no metrics gate, no duplicate-set gate.
+        let old = |v: &str| {
+            let mut l = lines.clone();
+            l[9] = child::json_line(&passed.replace(v, ""), "bench-preproc").unwrap();
+            record(&p, &ctx, &dataset, &l).unwrap_err().to_string()
+        };
+        let e = old(r#""metrics_vs_picard":{"records":2,"duplicates":20},"#);
+        assert!(e.contains("gates did not run"), "{e}");
+        let e = old(r#","duplicate_sets":{"records":200,"duplicates":21}"#);
+        assert!(e.contains("samblaster's duplicate-set gate did not run"), "{e}");
     }
 
     fn real_binary() -> PathBuf {
@@ -888,6 +944,14 @@ mod tests {
             ("arrowsam.markdup_seconds", serde_json::json!(0.05)),
             ("arrowsam.write_seconds", serde_json::json!(0.5)),
             ("arrowsam.gate_duplicates_records", serde_json::json!(200)),
+            (
+                "samblaster.gate_duplicate_sets_records",
+                serde_json::json!(200),
+            ),
+            (
+                "bamsormadup.gate_duplicate_sets_records",
+                serde_json::json!(200),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -896,8 +960,41 @@ mod tests {
         // separately timed start-up; ArrowSAM's counts load and write.
         assert_eq!(
             preproc_line(&summary).unwrap(),
-            "SAM to marked BAM (sort+markdup): picard 5.500 s (5.500 s), bamsormadup 1.250 s (1.250 s), arrowsam 0.840 s (0.090 s); picard JVM start-up 0.750 s per stage; duplicates against picard's: samblaster 12 records differ, bamsormadup agrees; arrowsam gates passed: duplicates = picard's, whole-record order = samtools' (200 records)"
+            "SAM to marked BAM (sort+markdup): picard 5.500 s (5.500 s), bamsormadup 1.250 s (1.250 s), arrowsam 0.840 s (0.090 s); picard JVM start-up 0.750 s per stage; duplicates against picard's: samblaster 12 records differ, bamsormadup agrees; arrowsam gates passed: duplicates = picard's, whole-record order = samtools', metrics = picard's (200 records); duplicate sets = picard's: samblaster, bamsormadup"
         );
+    }
+
+    /// asam-preproc-quick's tools through the agent and the real binary:
+    /// every gate ran and passed, ArrowSAM's metrics gate and the other
+    /// markers' duplicate-set gates included.
+    #[test]
+    #[ignore = "simulates and aligns a data set with bwa, runs every tool and Picard's gate reference (~40 s); ./x test runs it"]
+    fn every_tool_of_the_quick_spec_passes_its_gates() {
+        let data = tempfile::tempdir().unwrap();
+        let p = params(serde_json::json!({
+            "dataset": "tiny",
+            "chromosome_length": 20000,
+            "coverage": 3.0,
+            "data_dir": data.path().display().to_string(),
+        }))
+        .unwrap();
+        assert_eq!(p.tools, TOOLS);
+        let sink = std::sync::Arc::new(crate::workload::VecSink::default());
+        let ctx = JobContext {
+            job_id: 1,
+            seed: 5,
+            devices: BTreeMap::new(),
+            sink,
+        };
+        let s = run_with_binary(&p, &ctx, &real_binary()).unwrap();
+        assert_eq!(s["arrowsam.gate_metrics_libraries"], 2, "{s:?}");
+        for t in ["sambamba", "samtools", "samblaster", "bamsormadup"] {
+            assert_eq!(
+                s[&format!("{t}.gate_duplicate_sets_records")],
+                s["arrowsam.gate_duplicates_records"],
+                "{t}: {s:?}"
+            );
+        }
     }
 
     #[test]

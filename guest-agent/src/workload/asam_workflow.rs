@@ -44,7 +44,8 @@ pub struct AsamWorkflowParams {
     /// Hardware counters per stage where the machine has a PMU.
     #[serde(default = "defaults::yes")]
     pub counters: bool,
-    /// Check ArrowSAM's order and duplicates against samtools and Picard.
+    /// Check ArrowSAM's order and duplicates against samtools and Picard,
+    /// and samblaster's or bamsormadup's duplicate sets against Picard's.
     #[serde(default = "defaults::yes")]
     pub check: bool,
     /// Parent of the disk placement's files: a directory on a disk file

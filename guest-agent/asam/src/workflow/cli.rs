@@ -41,7 +41,8 @@ pub struct WorkflowArgs {
     /// Hardware counters per stage where there is a PMU.
     #[arg(long)]
     pub counters: bool,
-    /// Check ArrowSAM's order and duplicates against samtools and Picard.
+    /// Check ArrowSAM's order and duplicates against samtools and Picard,
+    /// and samblaster's or bamsormadup's duplicate sets against Picard's.
     #[arg(long)]
     pub check: bool,
     /// JSON lines (the only output format).

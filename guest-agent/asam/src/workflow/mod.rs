@@ -3,7 +3,8 @@
 //! placement — on disk, on a ramdisk, through pipes, or as ArrowSAM batches
 //! on tmpfs mapped by the next stage's process — every stage timed, CPU
 //! utilisation sampled, the calls scored against the truth, and ArrowSAM's
-//! records checked against samtools and Picard before any time counts.
+//! records checked against samtools and Picard before any time counts (as
+//! are samblaster's and bamsormadup's duplicate sets against Picard's).
 //!
 //! [`plan`] holds the command lines, [`chain`] runs them, [`stages`] is the
 //! ArrowSAM stage processes (`testbed-asam stage ...`), [`shared`] their
@@ -55,7 +56,8 @@ pub struct Options {
     pub self_exe: PathBuf,
     pub timeout: Duration,
     /// Check ArrowSAM's sort order and duplicates against samtools sort
-    /// and Picard on the same records (untimed, after the workflow).
+    /// and Picard on the same records, and samblaster's or bamsormadup's
+    /// duplicate sets against Picard's (untimed, after the workflow).
     pub check: bool,
 }
 
@@ -148,6 +150,10 @@ pub fn run(o: &Options) -> Result<Vec<WorkflowLine>> {
             "{}: the workflow's final BAM holds no records",
             timed.final_bam.display()
         )));
+    }
+    if o.check && o.baseline.gated() && !o.placement.is_arrowsam() {
+        let check_dir = work.path().join("check");
+        runner.check_baseline(&timed.final_bam, work.path(), &check_dir, &mut checks)?;
     }
     if let Some(store) = &timed.store {
         let check_dir = work.path().join("check");
@@ -380,12 +386,50 @@ impl Runner<'_> {
         Ok(())
     }
 
+    /// Untimed: samtools sort of `sam` into `dir`, then Picard
+    /// MarkDuplicates of the sorted BAM with `extra` arguments; the sorted
+    /// and the marked BAM. (Picard SortSam first cost ~20 s of JVM under
+    /// TCG and decided nothing the samtools order check does not.)
+    fn references(&self, sam: &Path, dir: &Path, extra: &[&str]) -> Result<(PathBuf, PathBuf)> {
+        let o = self.o;
+        let samtools_sorted = dir.join("samtools.sorted.bam");
+        let picard_marked = dir.join("picard.markdup.bam");
+        let kv = |k: &str, p: &Path| {
+            let mut s = OsString::from(format!("{k}="));
+            s.push(p);
+            s
+        };
+        let mut picard: Vec<OsString> = vec![
+            "MarkDuplicates".into(),
+            kv("I", &samtools_sorted),
+            kv("O", &picard_marked),
+            kv("M", &dir.join("picard.metrics")),
+            "VERBOSITY=WARNING".into(),
+            "QUIET=true".into(),
+            kv("TMP_DIR", dir),
+        ];
+        picard.extend(extra.iter().map(OsString::from));
+        let runs: Vec<Step> = vec![
+            plan::samtools(vec![
+                "sort".into(),
+                "-@".into(),
+                o.threads.to_string().into(),
+                "-o".into(),
+                samtools_sorted.as_os_str().to_owned(),
+                sam.as_os_str().to_owned(),
+            ]),
+            plan::picard(picard),
+        ];
+        for step in runs {
+            chain::run(&[step], None, self.origin, o.timeout)?;
+        }
+        Ok((samtools_sorted, picard_marked))
+    }
+
     /// Untimed: the records ArrowSAM loaded go through samtools sort, and
     /// its output through Picard MarkDuplicates; ArrowSAM's sorted, marked
     /// records (before BQSR) must equal samtools' whole, and mark the same
-    /// duplicates as Picard. (Picard SortSam first cost ~20 s of JVM under
-    /// TCG and decided nothing the samtools order check does not.)
-    /// Returns ArrowSAM's BAM before BQSR.
+    /// duplicates as Picard. Returns ArrowSAM's BAM before BQSR.
     fn check_arrowsam(
         &self,
         store: &Path,
@@ -400,39 +444,14 @@ impl Runner<'_> {
         };
         let sam = dir.join("aligned.sam");
         let ours = dir.join("arrowsam.markdup.bam");
-        let samtools_sorted = dir.join("samtools.sorted.bam");
-        let picard_marked = dir.join("picard.markdup.bam");
-        let kv = |k: &str, p: &Path| {
-            let mut s = OsString::from(format!("{k}="));
-            s.push(p);
-            s
-        };
-        let picard = |mut args: Vec<OsString>| {
-            args.extend(["VERBOSITY=WARNING".into(), "QUIET=true".into()]);
-            args.push(kv("TMP_DIR", dir));
-            plan::picard(args)
-        };
         let runs: Vec<Step> = vec![
             me(&["write-sam"], &sam),
             me(&["write-bam", "--threads", &o.threads.to_string()], &ours),
-            plan::samtools(vec![
-                "sort".into(),
-                "-@".into(),
-                o.threads.to_string().into(),
-                "-o".into(),
-                samtools_sorted.as_os_str().to_owned(),
-                sam.as_os_str().to_owned(),
-            ]),
-            picard(vec![
-                "MarkDuplicates".into(),
-                kv("I", &samtools_sorted),
-                kv("O", &picard_marked),
-                kv("M", &dir.join("picard.metrics")),
-            ]),
         ];
         for step in runs {
             chain::run(&[step], None, self.origin, o.timeout)?;
         }
+        let (samtools_sorted, picard_marked) = self.references(&sam, dir, &[])?;
         let gate = |r: std::result::Result<crate::gates::Passed, crate::gates::GateError>| {
             r.map_err(|e| AsamError::Invalid(e.to_string()))
         };
@@ -451,6 +470,46 @@ impl Runner<'_> {
             dups.duplicates, dups.records
         ));
         Ok(ours)
+    }
+
+    /// Untimed: bwa's records (the disk and ramdisk placements' SAM;
+    /// through pipes none was kept, so the aligner runs again into a file:
+    /// with `-K` fixed its output is the same) go through samtools sort and
+    /// Picard MarkDuplicates, with its duplicate-set tags; the baseline's
+    /// final BAM must pass the duplicate-set gate against Picard's
+    /// ([`crate::gates::check_marker`]: as many records marked in each of
+    /// Picard's sets, whichever it keeps, and nothing else).
+    fn check_baseline(
+        &self,
+        final_bam: &Path,
+        work: &Path,
+        dir: &Path,
+        checks: &mut Vec<String>,
+    ) -> Result<()> {
+        let o = self.o;
+        std::fs::create_dir(dir).map_err(|e| AsamError::io(dir, e))?;
+        let kept = work.join("aligned.sam");
+        let sam = if o.placement != Placement::Pipes && kept.is_file() {
+            kept
+        } else {
+            let sam = dir.join("aligned.sam");
+            chain::run(
+                std::slice::from_ref(&o.align),
+                Some(&sam),
+                self.origin,
+                o.timeout,
+            )?;
+            sam
+        };
+        let (_, picard_marked) = self.references(&sam, dir, &["TAG_DUPLICATE_SET_MEMBERS=true"])?;
+        let tool = o.baseline.name();
+        let a = crate::gates::check_marker(tool, final_bam, &picard_marked)
+            .map_err(|e| AsamError::Invalid(e.to_string()))?;
+        checks.push(format!(
+            "duplicate sets: {tool} marks as many records as Picard MarkDuplicates in each of its duplicate sets, and no other ({} duplicates, {} records; {} records differ from Picard's in which member of a set is kept)",
+            a.duplicates, a.records, a.differing_records
+        ));
+        Ok(())
     }
 
     fn collect(

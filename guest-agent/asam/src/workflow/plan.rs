@@ -103,6 +103,14 @@ impl Baseline {
         }
     }
 
+    /// Whether `--check` gates its duplicate sets against Picard's
+    /// (samblaster and bamsormadup; Picard is the reference, and samtools
+    /// and sambamba are gated in `bench-preproc`, where Picard's reference
+    /// is made anyway, not in every workflow point).
+    pub fn gated(self) -> bool {
+        matches!(self, Baseline::Samblaster | Baseline::Bamsormadup)
+    }
+
     /// Whether it reads its input once, so a pipe can feed it.
     pub fn reads_once(self) -> bool {
         testbed_lines::asam_workflow::PIPE_BASELINES.contains(&self.name())
