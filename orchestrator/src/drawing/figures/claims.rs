@@ -1391,6 +1391,24 @@ series = ["read"]
             c.numbers
         );
         assert_eq!((c.lo, c.hi, c.repetitions_needed), (None, None, None));
+        // Even with an interval from its raw samples (an error bar), one
+        // repetition decides nothing: a tight 0.5 is still undecided.
+        let raw: Vec<f64> = (0..200).map(|i| 50.0 + f64::from(i % 3) * 0.01).collect();
+        let one = |x: f64, job: u32, v: f64, raw: &[f64]| SeriesPoint {
+            est: stats::estimate(&[v], Some((raw, super::super::def::Stat::Mean))).unwrap(),
+            ..point(x, job, &[v])
+        };
+        let hook = one(1.0, 0, 50.0, &raw);
+        assert_eq!(hook.est.ci, stats::CiMethod::Samples);
+        assert!(hook.est.lo.is_some());
+        let read_raw: Vec<f64> = raw.iter().map(|v| v * 2.0).collect();
+        let d = data(vec![
+            series("hook", vec![hook]),
+            series("read", vec![one(1.0, 1, 100.0, &read_raw)]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), d)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
+        assert_eq!((c.lo, c.hi), (None, None));
     }
 
     #[test]
