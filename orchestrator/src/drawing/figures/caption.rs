@@ -159,9 +159,16 @@ fn ci_words(panels: &[&PanelData]) -> String {
     if !units.is_empty() {
         how.push(format!(
             "95 % CI {over} by {} (order statistics from 6 repetitions, exact and \
-             distribution-free; Student t below, its coverage measured by `./x bench coverage`)",
+             distribution-free; Student t from 4, its coverage measured by `./x bench coverage`)",
             units.join(" or ")
         ));
+    }
+    if methods.contains(&CiMethod::Range) {
+        how.push(
+            "for two or three values, where no interval reaches 95 %, their range [min, max] \
+             (it covers the median 50 % of the time at two values, 75 % at three)"
+                .to_string(),
+        );
     }
     if methods.contains(&CiMethod::Samples) {
         how.push(format!(

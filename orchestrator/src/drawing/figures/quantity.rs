@@ -39,8 +39,10 @@ pub struct Joint {
 /// The interval of one point's centre at `level`.
 pub fn point(reps: &[Rep], level: f64) -> Result<Interval, String> {
     let units = interval::units(reps);
-    interval::one_sample(&units, level, true)
-        .map_err(|_| interval::no_interval_reason(units.len(), level, interval::unit_name(reps)))
+    let t_min = interval::T_MIN_POINT;
+    interval::one_sample(&units, level, true, t_min).map_err(|_| {
+        interval::no_interval_reason(units.len(), level, interval::unit_name(reps), t_min)
+    })
 }
 
 /// The interval of `f` over the points' centres at `level`.
@@ -48,11 +50,13 @@ pub fn over<F>(points: &[&[Rep]], f: F, shape: Shape, level: f64) -> Result<Join
 where
     F: Fn(&[f64]) -> Option<f64>,
 {
-    if let Some(p) = points.iter().find(|p| interval::units(p).len() < 2) {
+    let t_min = interval::T_MIN_JOINT;
+    if let Some(p) = points.iter().find(|p| interval::units(p).len() < t_min) {
         return Err(interval::no_interval_reason(
             interval::units(p).len(),
             level,
             interval::unit_name(p),
+            t_min,
         ));
     }
     if let Some(lined) = stats::aligned(points) {
@@ -84,8 +88,10 @@ where
         });
     }
     let units = interval::units(&per);
-    let iv = interval::one_sample(&units, level, shape == Shape::Ratio)
-        .map_err(|_| interval::no_interval_reason(units.len(), level, interval::unit_name(&per)))?;
+    let t_min = interval::T_MIN_JOINT;
+    let iv = interval::one_sample(&units, level, shape == Shape::Ratio, t_min).map_err(|_| {
+        interval::no_interval_reason(units.len(), level, interval::unit_name(&per), t_min)
+    })?;
     let how = match stats::Pairing::of(&lined[0], &lined[lined.len().min(2) - 1]) {
         stats::Pairing::Repetition => "paired by repetition",
         _ => "paired by boot",
@@ -115,8 +121,11 @@ where
     }
     let mut ranges = Vec::with_capacity(k);
     for (u, p) in units.iter().zip(points) {
-        let iv = interval::one_sample(u, sub, true)
-            .map_err(|_| interval::no_interval_reason(u.len(), sub, interval::unit_name(p)))?;
+        // Each point of the box is a point: its t needs T_MIN_POINT.
+        let t_min = interval::T_MIN_POINT;
+        let iv = interval::one_sample(u, sub, true, t_min).map_err(|_| {
+            interval::no_interval_reason(u.len(), sub, interval::unit_name(p), t_min)
+        })?;
         ranges.push((iv.lo, iv.hi));
     }
     let crosses = |(lo, hi): (f64, f64)| lo <= 0.0 && hi >= 0.0;
