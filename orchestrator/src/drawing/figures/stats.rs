@@ -8,8 +8,10 @@
 //! with variation at several levels: boot-to-boot drift is then in the
 //! interval, which repetitions of one boot cannot show.
 //!
-//! `joint_interval` (a bootstrap of medians, boots first) serves
-//! `testbed compare` alone; no claim is decided on a bootstrap.
+//! `joint_interval` (the percentile bootstrap of medians, boots first,
+//! that claims and compare were decided on until its coverage was
+//! measured: 73 % at three repetitions) is kept only as the "before"
+//! column of `./x bench coverage`; nothing is decided on it.
 
 use super::def::Stat;
 use super::interval::{self, Interval};
@@ -433,8 +435,9 @@ pub fn aligned(points: &[&[Rep]]) -> Option<Vec<Vec<Rep>>> {
     )
 }
 
-/// 95 % percentile-bootstrap interval of `f` over the medians of several
-/// points, each point's repetitions resampled; points whose repetitions
+/// The percentile bootstrap formerly called a 95 % interval of `f` over the
+/// medians of several points (the coverage benchmark's "before"): each
+/// point's repetitions resampled; points whose repetitions
 /// have the same pairing keys (one job's series, or points measured in the
 /// same boots: see `PairKey`) share one resample, the others are resampled
 /// independently. Fixed seed.
