@@ -188,7 +188,8 @@ pub struct Cover {
     pub kind: Kind,
     pub setting: Setting,
     /// Share of trials whose interval covered the truth (no interval
-    /// counts as covering: it claims nothing).
+    /// counts as covering: it claims nothing; the tables say "-" where no
+    /// trial had one).
     pub now: f64,
     /// Share of trials that had an interval.
     pub decided: f64,
@@ -479,6 +480,14 @@ pub fn coverage_table(covers: &[Cover]) -> String {
         } else {
             boots.to_string()
         };
+        if decided == 0.0 {
+            let _ = writeln!(
+                s,
+                "{name:<20} {boots:>5} {:>9} {before:>9} {:>6.0} %  no 95 % interval claimed at this size",
+                "-", 0.0
+            );
+            continue;
+        }
         let _ = writeln!(
             s,
             "{name:<20} {boots:>5} {:>7.1} % {before:>9} {:>6.0} %  {}",
