@@ -590,7 +590,13 @@ impl Ctx<'_> {
                     |m| stats::linear_fit(&xs, m).map(|f| f.r2),
                     Shape::General,
                     self.level,
-                );
+                )
+                .map(|mut j| {
+                    // R² lives in [0, 1]; a t interval's ends need not.
+                    j.interval.lo = j.interval.lo.clamp(0.0, 1.0);
+                    j.interval.hi = j.interval.hi.clamp(0.0, 1.0);
+                    j
+                });
                 part.decided = Some(judge(
                     format!("R² of a line{of}"),
                     fit.r2,
