@@ -222,6 +222,17 @@ fn judge(
     let (lo, hi) = (j.interval.lo.min(estimate), j.interval.hi.max(estimate));
     d.interval = Some((lo, hi));
     d.how = Some((j.interval, j.how.to_string()));
+    // Units that never varied (six equal ones give [x, x]) measured no
+    // spread: the value is below its resolution or deterministic, and a
+    // zero-width interval would claim more than the data can.
+    if hi <= lo {
+        d.note = Some(format!(
+            "all {} units read the same value: no spread was measured (below the metric's resolution?), \
+             so no interval is claimed",
+            j.interval.units
+        ));
+        return d;
+    }
     let outside = bounds.min().is_some_and(|m| hi < m) || bounds.max().is_some_and(|m| lo > m);
     let inside = bounds.min().is_none_or(|m| lo >= m) && bounds.max().is_none_or(|m| hi <= m);
     if outside {
@@ -1226,37 +1237,45 @@ min = 0.95
 
     #[test]
     fn a_ratio_measured_repetition_by_repetition_is_paired() {
-        // Each repetition's hook is exactly read: the ratio is 1 whatever
-        // the spread between repetitions. Six repetitions: below six, equal
-        // ratios have no spread for a t interval and no distribution-free
-        // interval reaches 95 %.
+        // Each repetition's hook is read within ±0.5 %: the ratio is about
+        // 1 whatever the spread between repetitions.
         let v = [60.0, 80.0, 100.0, 120.0, 140.0, 90.0];
+        let jitter = [1.0, 1.005, 0.995, 1.002, 0.998, 1.001];
+        let h: Vec<f64> = v.iter().zip(jitter).map(|(v, j)| v * j).collect();
         let paired = data(vec![
-            series("hook", vec![point(1.0, 0, &v)]),
+            series("hook", vec![point(1.0, 0, &h)]),
             series("read", vec![point(1.0, 0, &v)]),
         ]);
         let c = evaluate(&figure(RATIO), &[("p".into(), paired)]).remove(0);
         assert_eq!(c.verdict, Verdict::Holds, "{}", c.numbers);
-        assert_eq!((c.lo, c.hi), (Some(1.0), Some(1.0)));
+        assert_eq!((c.lo, c.hi), (Some(0.995), Some(1.005)));
         assert!(c.numbers.contains("paired by repetition"), "{}", c.numbers);
         assert_eq!(c.method, Some(Method::OrderStatistic));
         assert!((c.level.unwrap() - 0.968_75).abs() < 1e-12);
-        // Five: nothing reaches 95 % on five equal ratios.
+        // Five: Student t on the logarithms of the ratios.
         let five = data(vec![
-            series("hook", vec![point(1.0, 0, &v[..5])]),
+            series("hook", vec![point(1.0, 0, &h[..5])]),
             series("read", vec![point(1.0, 0, &v[..5])]),
         ]);
         let c = evaluate(&figure(RATIO), &[("p".into(), five)]).remove(0);
+        assert_eq!(c.verdict, Verdict::Holds, "{}", c.numbers);
+        assert_eq!(c.method, Some(Method::StudentTLog));
+        // Exactly equal ratios measured no spread: nothing is claimed on
+        // a zero-width interval, even from six.
+        let same = data(vec![
+            series("hook", vec![point(1.0, 0, &v)]),
+            series("read", vec![point(1.0, 0, &v)]),
+        ]);
+        let c = evaluate(&figure(RATIO), &[("p".into(), same)]).remove(0);
         assert_eq!(c.verdict, Verdict::Undecided, "{}", c.numbers);
         assert!(
-            c.numbers
-                .contains("6 repetitions give a distribution-free one"),
+            c.numbers.contains("no spread was measured"),
             "{}",
             c.numbers
         );
         // The same values from two separate jobs: nothing to pair.
         let apart = data(vec![
-            series("hook", vec![point(1.0, 0, &v)]),
+            series("hook", vec![point(1.0, 0, &h)]),
             series("read", vec![point(1.0, 1, &v)]),
         ]);
         let c = evaluate(&figure(RATIO), &[("p".into(), apart)]).remove(0);
@@ -1274,21 +1293,23 @@ min = 0.95
 
     #[test]
     fn two_points_measured_in_the_same_boots_are_paired_by_boot() {
-        // Six boots that drift by ±40 %; in each, hook reads 0.9 of read.
+        // Six boots that drift by ±40 %; in each, hook reads 0.9 of read
+        // (within ±0.3 %).
         let read = [60.0, 80.0, 100.0, 120.0, 140.0, 90.0];
-        let hook: Vec<f64> = read.iter().map(|v| v * 0.9).collect();
+        let within = [0.9, 0.903, 0.897, 0.901, 0.899, 0.9];
+        let hook: Vec<f64> = read.iter().zip(within).map(|(v, w)| v * w).collect();
         let boots = [0, 1, 2, 3, 4, 5];
         let same = data(vec![
             series("hook", vec![booted(1.0, 0, &hook, &boots)]),
             series("read", vec![booted(1.0, 1, &read, &boots)]),
         ]);
         let c = evaluate(&figure(RATIO), &[("p".into(), same)]).remove(0);
-        // The drift cancels: 0.9 in every resample, below 0.95.
+        // The drift cancels: the boots' ratios span 0.897–0.903, below 0.95.
         assert_eq!(c.verdict, Verdict::DoesNotHold, "{}", c.numbers);
         assert!(c.numbers.contains("paired by boot"), "{}", c.numbers);
         let (lo, hi) = (c.lo.unwrap(), c.hi.unwrap());
         assert!(
-            (lo - 0.9).abs() < 1e-9 && (hi - 0.9).abs() < 1e-9,
+            (lo - 0.897).abs() < 1e-9 && (hi - 0.903).abs() < 1e-9,
             "{lo} {hi}"
         );
         // The same values from other boots (another boot each): the drift
