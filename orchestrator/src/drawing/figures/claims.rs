@@ -187,7 +187,17 @@ fn units_needed(n: usize, half: f64, dist: f64, level: f64) -> Option<usize> {
     let width =
         |m: usize| interval::t_quantile(q, (m.max(2) - 1) as f64) / (m.max(2) as f64).sqrt();
     let now = width(n);
-    ((n + 1)..=10_000).find(|&m| half * width(m) / now < dist)
+    let fits = |m: usize| half * width(m) / now < dist;
+    // The width falls with m: the first m that fits, by bisection.
+    let (mut lo, mut hi) = (n + 1, 10_000);
+    if !fits(hi) {
+        return None;
+    }
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if fits(mid) { hi = mid } else { lo = mid + 1 }
+    }
+    Some(lo)
 }
 
 /// Holds when the whole interval is inside `bounds`, does not hold when
@@ -1149,15 +1159,7 @@ mod tests {
     }
 
     fn data(series: Vec<Series>) -> PanelData {
-        PanelData {
-            series,
-            absent: Vec::new(),
-            failed: Vec::new(),
-            gaps: Vec::new(),
-            categories: None,
-            notes: Vec::new(),
-            unavailable: None,
-        }
+        PanelData::of(series)
     }
 
     fn figure(claims: &str) -> FigureDef {

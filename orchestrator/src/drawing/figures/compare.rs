@@ -34,6 +34,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::def::{Better, FigureDef};
+use super::distributions;
 use super::error::FigureError;
 use super::extract::{PanelData, Series, SeriesPoint, XKey, fmt_num};
 use super::interval;
@@ -172,25 +173,12 @@ pub fn change_interval(a: &SeriesPoint, b: &SeriesPoint) -> Option<(f64, f64)> {
 /// or more positive units with some spread.
 pub fn welch_test(a: &SeriesPoint, b: &SeriesPoint) -> Option<(f64, f64)> {
     let (ua, ub) = (interval::units(&a.reps), interval::units(&b.reps));
-    if ua.len() < 2 || ub.len() < 2 || ua.iter().chain(&ub).any(|v| *v <= 0.0) {
+    if ua.iter().chain(&ub).any(|v| *v <= 0.0) {
         return None;
     }
-    let logs = |v: &[f64]| -> (f64, f64, f64) {
-        let n = v.len() as f64;
-        let l: Vec<f64> = v.iter().map(|x| x.ln()).collect();
-        let m = l.iter().sum::<f64>() / n;
-        let var = l.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
-        (m, var / n, n)
-    };
-    let (ma, va, na) = logs(&ua);
-    let (mb, vb, nb) = logs(&ub);
-    let se2 = va + vb;
-    if se2.is_nan() || se2 <= 0.0 {
-        return None;
-    }
-    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
-    let t = (mb - ma) / se2.sqrt();
-    let p = 2.0 * (1.0 - interval::t_cdf(t.abs(), df));
+    let (change, se2, df) =
+        interval::welch_moments(&interval::ln_all(&ua), &interval::ln_all(&ub), -1.0, 1.0)?;
+    let p = distributions::student_two_sided(change / se2.sqrt(), df);
     let detectable =
         ((interval::t_quantile(0.975, df) + interval::t_quantile(0.8, df)) * se2.sqrt()).exp()
             - 1.0;

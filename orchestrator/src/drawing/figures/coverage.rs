@@ -368,15 +368,7 @@ fn panel(rng: &mut Rng, s: &Setting, series: &[Vec<f64>], paired: bool) -> Panel
                 .collect(),
         })
         .collect();
-    PanelData {
-        series,
-        absent: Vec::new(),
-        failed: Vec::new(),
-        gaps: Vec::new(),
-        categories: None,
-        notes: Vec::new(),
-        unavailable: None,
-    }
+    PanelData::of(series)
 }
 
 pub fn rates(case: ClaimCase, s: &Setting, trials: usize, seed: u64) -> Rates {

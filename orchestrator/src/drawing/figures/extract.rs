@@ -120,6 +120,20 @@ pub struct PanelData {
 }
 
 impl PanelData {
+    /// Series and nothing else: no absences, failures, gaps or notes (a
+    /// panel built in memory, as tests and simulations do).
+    pub fn of(series: Vec<Series>) -> PanelData {
+        PanelData {
+            series,
+            absent: Vec::new(),
+            failed: Vec::new(),
+            gaps: Vec::new(),
+            categories: None,
+            notes: Vec::new(),
+            unavailable: None,
+        }
+    }
+
     pub fn series(&self, key: &str) -> Option<&Series> {
         self.series.iter().find(|s| s.key == key)
     }

@@ -25,6 +25,7 @@
 
 use serde::Serialize;
 
+use super::distributions::{ln_gamma, t_cdf};
 use super::stats::{Rep, median};
 
 /// The confidence a claim is decided at.
@@ -136,99 +137,6 @@ pub fn unit_name(reps: &[Rep]) -> &'static str {
 }
 
 // ---- distributions -------------------------------------------------------
-
-fn ln_gamma(x: f64) -> f64 {
-    // Lanczos (g = 7, n = 9): ~15 digits for x > 0.
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        let pi = std::f64::consts::PI;
-        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
-    }
-    let x = x - 1.0;
-    let mut a = C[0];
-    let t = x + 7.5;
-    for (i, c) in C.iter().enumerate().skip(1) {
-        a += c / (x + i as f64);
-    }
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
-}
-
-/// Continued fraction of the incomplete beta (modified Lentz).
-fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
-    const TINY: f64 = 1e-300;
-    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
-    let mut c = 1.0;
-    let mut d = 1.0 - qab * x / qap;
-    if d.abs() < TINY {
-        d = TINY;
-    }
-    d = 1.0 / d;
-    let mut h = d;
-    for m in 1..400 {
-        let m = f64::from(m);
-        let m2 = 2.0 * m;
-        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        h *= d * c;
-        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        let del = d * c;
-        h *= del;
-        if (del - 1.0).abs() < 1e-15 {
-            break;
-        }
-    }
-    h
-}
-
-/// Regularized incomplete beta I_x(a, b).
-fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
-    }
-    if x >= 1.0 {
-        return 1.0;
-    }
-    let front =
-        (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp();
-    if x < (a + 1.0) / (a + b + 2.0) {
-        front * beta_cf(a, b, x) / a
-    } else {
-        1.0 - front * beta_cf(b, a, 1.0 - x) / b
-    }
-}
-
-/// P(T ≤ t) for Student's t with `df` degrees of freedom.
-pub fn t_cdf(t: f64, df: f64) -> f64 {
-    let tail = 0.5 * inc_beta(df / 2.0, 0.5, df / (df + t * t));
-    if t >= 0.0 { 1.0 - tail } else { tail }
-}
 
 /// The p-quantile (p in 0.5..1) of Student's t, by bisection on its CDF;
 /// remembered per (p, df), since a run asks for a few of them many times.
@@ -347,11 +255,7 @@ pub fn student_t(values: &[f64], level: f64, log: bool) -> Option<Interval> {
         return None;
     }
     let log = log && values.iter().all(|v| *v > 0.0);
-    let v: Vec<f64> = if log {
-        values.iter().map(|x| x.ln()).collect()
-    } else {
-        values.to_vec()
-    };
+    let v: Vec<f64> = if log { ln_all(values) } else { values.to_vec() };
     let (m, sd) = mean_sd(&v);
     if sd.is_nan() || sd <= 0.0 || !m.is_finite() {
         return None;
@@ -422,26 +326,14 @@ pub fn welch(a: &[f64], b: &[f64], level: f64, log: bool, ca: f64, cb: f64) -> O
         return None;
     }
     let log = log && a.iter().chain(b).all(|v| *v > 0.0);
-    let tr = |v: &[f64]| -> Vec<f64> {
-        if log {
-            v.iter().map(|x| x.ln()).collect()
-        } else {
-            v.to_vec()
-        }
+    let (ta, tb) = if log {
+        (ln_all(a), ln_all(b))
+    } else {
+        (a.to_vec(), b.to_vec())
     };
-    let (ta, tb) = (tr(a), tr(b));
     let (ca, cb) = if log { (1.0, -1.0) } else { (ca, cb) };
-    let (ma, sa) = mean_sd(&ta);
-    let (mb, sb) = mean_sd(&tb);
-    let (na, nb) = (ta.len() as f64, tb.len() as f64);
-    let (va, vb) = (ca * ca * sa * sa / na, cb * cb * sb * sb / nb);
-    let se2 = va + vb;
-    if se2.is_nan() || se2 <= 0.0 {
-        return None;
-    }
-    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+    let (c, se2, df) = welch_moments(&ta, &tb, ca, cb)?;
     let half = t_quantile(1.0 - (1.0 - level) / 2.0, df) * se2.sqrt();
-    let c = ca * ma + cb * mb;
     let (lo, hi, method) = if log {
         ((c - half).exp(), (c + half).exp(), Method::WelchLog)
     } else {
@@ -454,6 +346,30 @@ pub fn welch(a: &[f64], b: &[f64], level: f64, log: bool, ca: f64, cb: f64) -> O
         method,
         units: a.len().min(b.len()),
     })
+}
+
+/// The natural logarithm of every value.
+pub fn ln_all(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| x.ln()).collect()
+}
+
+/// ca·mean(a) + cb·mean(b) with its squared standard error and Welch–
+/// Satterthwaite degrees of freedom; None below two values a side or with
+/// no spread on either.
+pub fn welch_moments(a: &[f64], b: &[f64], ca: f64, cb: f64) -> Option<(f64, f64, f64)> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (ma, sa) = mean_sd(a);
+    let (mb, sb) = mean_sd(b);
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let (va, vb) = (ca * ca * sa * sa / na, cb * cb * sb * sb / nb);
+    let se2 = va + vb;
+    if se2.is_nan() || se2 <= 0.0 {
+        return None;
+    }
+    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+    Some((ca * ma + cb * mb, se2, df))
 }
 
 /// The range of `f` over the corners of the box the intervals span. None

@@ -14,6 +14,7 @@ pub mod compare;
 pub mod coverage;
 pub mod data;
 pub mod def;
+pub mod distributions;
 pub mod draw;
 pub mod error;
 pub mod extract;
