@@ -5,15 +5,11 @@
 //! too), 2 inconclusive (a claim now undecided; noisy points not run
 //! again; a loss on points still noisy after `--rerun-noisy`), 3 error.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use testbed::plan::Point;
-use testbed::results::{manifest, samples};
-use testbed_agent::protocol::SampleChunk;
-use testbed_agent::workload::Workload;
-use testbed_agent::workload::fault::{FaultMode, FaultParams};
+mod common;
+use common::synthetic::{depth_point, finish_run, latency_point};
 
 /// One panel, one claim: the mean latency stays at or below 2 µs.
 const FIGURE: &str = r#"
@@ -34,22 +30,6 @@ value = 2000
 "#;
 
 const REPS: u32 = 10;
-
-fn point(depth: i64, rep: u32) -> Point {
-    Point {
-        point: (depth - 1) as u32,
-        rep,
-        params: [("depth".to_string(), toml::Value::Integer(depth))].into(),
-        workload: Workload::Fault(FaultParams {
-            mode: FaultMode::Error,
-            after_s: 0.0,
-            size: 1000,
-        }),
-        seed: 7,
-        vm_vcpus: None,
-        boot_group: 0,
-    }
-}
 
 fn noise(noisy: bool) -> serde_json::Value {
     serde_json::json!({
@@ -78,21 +58,9 @@ fn write_run(dir: &Path, latency: impl Fn(u32) -> f64, host: Host) -> PathBuf {
     let mut records = Vec::new();
     for depth in 1..=2i64 {
         for rep in 0..REPS {
-            let p = point(depth, rep);
+            let p = depth_point(depth, rep);
             let v = latency(rep) * (1.0 + depth as f64 / 100.0);
-            let chunk = SampleChunk {
-                job_id: 1,
-                metric: "read_latency".into(),
-                unit: "ns".into(),
-                thread: 0,
-                first_seq: 0,
-                tags: BTreeMap::new(),
-                values: vec![v; 4],
-            };
-            let b = samples::point_batch(&run_id, &p, 0, &[chunk]).unwrap();
-            let f = dir.join("points").join(format!("{}.parquet", p.id()));
-            samples::write_parquet(&f, b.schema(), &[b]).unwrap();
-            files.push(f);
+            files.push(latency_point(dir, &run_id, &p, v));
             let first = depth == 1 && rep == 0;
             let (noisy, earlier) = match host {
                 Host::NoisyNotRerun if first => (true, 0),
@@ -109,18 +77,7 @@ fn write_run(dir: &Path, latency: impl Fn(u32) -> f64, host: Host) -> PathBuf {
             }));
         }
     }
-    samples::merge(&files, &dir.join("samples.parquet")).unwrap();
-    let m = serde_json::json!({
-        "testbed_version": "0.1.0", "status": "complete", "experiment": "gate",
-        "run_id": run_id, "figures": [], "spec_file": "gate.toml", "spec_sha256": "00",
-        "spec": {}, "executor": "host", "accel": null, "timing_note": "",
-        "qemu_argv": [], "guest": null, "boots": [], "boot_to_agent_ms": [],
-        "devices": [], "seed": 42, "points": records,
-        "started_at": manifest::format_utc(1_767_225_600),
-        "finished_at": null, "wall_s": null,
-    });
-    std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
-    let read = manifest::read(&dir.join("manifest.json")).expect("a valid manifest");
+    let read = finish_run(dir, "gate", &run_id, &files, records, 1_767_225_600);
     let noisy = read.noisy();
     match host {
         Host::Quiet => assert_eq!(noisy.noisy, 0),

@@ -6,15 +6,11 @@
 //! error exits 3, and a directory of runs stands for them in start-time
 //! order.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use testbed::plan::Point;
-use testbed::results::{manifest, samples};
-use testbed_agent::protocol::SampleChunk;
-use testbed_agent::workload::Workload;
-use testbed_agent::workload::fault::{FaultMode, FaultParams};
+mod common;
+use common::synthetic::{depth_point, finish_run, latency_point};
 
 const FIGURE: &str = r#"
 id = "h-latency"
@@ -27,22 +23,6 @@ x = { column = "param_depth", label = "depth" }
 y = { metric = "read_latency", kind = "raw", stat = "mean", label = "latency", unit = "ns", better = "lower" }
 "#;
 
-fn point(depth: i64, rep: u32) -> Point {
-    Point {
-        point: (depth - 1) as u32,
-        rep,
-        params: [("depth".to_string(), toml::Value::Integer(depth))].into(),
-        workload: Workload::Fault(FaultParams {
-            mode: FaultMode::Error,
-            after_s: 0.0,
-            size: 1000,
-        }),
-        seed: 7,
-        vm_vcpus: None,
-        boot_group: 0,
-    }
-}
-
 /// Run `i` of a history: depth 1 and 2, 3 repetitions, mean latency
 /// `level` × depth × a run-to-run wobble of up to ±2 % (fixed per run).
 fn write_run(dir: &Path, i: u32, level: f64) -> PathBuf {
@@ -53,39 +33,23 @@ fn write_run(dir: &Path, i: u32, level: f64) -> PathBuf {
     let mut records = Vec::new();
     for depth in 1..=2i64 {
         for rep in 0..3u32 {
-            let p = point(depth, rep);
+            let p = depth_point(depth, rep);
             let v = level * depth as f64 * wobble * (1.0 + 0.002 * f64::from(rep));
-            let chunk = SampleChunk {
-                job_id: 1,
-                metric: "read_latency".into(),
-                unit: "ns".into(),
-                thread: 0,
-                first_seq: 0,
-                tags: BTreeMap::new(),
-                values: vec![v; 4],
-            };
-            let b = samples::point_batch(&run_id, &p, 0, &[chunk]).unwrap();
-            let f = dir.join("points").join(format!("{}.parquet", p.id()));
-            samples::write_parquet(&f, b.schema(), &[b]).unwrap();
-            files.push(f);
+            files.push(latency_point(dir, &run_id, &p, v));
             records.push(serde_json::json!({
                 "id": p.id(), "point": p.point, "rep": rep,
                 "params": {"depth": depth}, "seed": 7, "ok": true, "boot": 0,
             }));
         }
     }
-    samples::merge(&files, &dir.join("samples.parquet")).unwrap();
-    let m = serde_json::json!({
-        "testbed_version": "0.1.0", "status": "complete", "experiment": "hist",
-        "run_id": run_id, "figures": [], "spec_file": "hist.toml", "spec_sha256": "00",
-        "spec": {}, "executor": "host", "accel": null, "timing_note": "",
-        "qemu_argv": [], "guest": null, "boots": [], "boot_to_agent_ms": [],
-        "devices": [], "seed": 42, "points": records,
-        "started_at": manifest::format_utc(1_767_225_600 + 60 * u64::from(i)),
-        "finished_at": null, "wall_s": null,
-    });
-    std::fs::write(dir.join("manifest.json"), m.to_string()).unwrap();
-    manifest::read(&dir.join("manifest.json")).expect("a valid manifest");
+    finish_run(
+        dir,
+        "hist",
+        &run_id,
+        &files,
+        records,
+        1_767_225_600 + 60 * u64::from(i),
+    );
     dir.to_path_buf()
 }
 

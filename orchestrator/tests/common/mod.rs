@@ -5,3 +5,5 @@
 pub mod host_load;
 #[allow(dead_code)]
 pub mod slurm;
+#[allow(dead_code)]
+pub mod synthetic;
