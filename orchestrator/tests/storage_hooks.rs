@@ -389,7 +389,8 @@ fn quick_fig3_sweeps_write_samples_for_every_engine() {
         (
             "fig3abc-hooks-quick.toml",
             &["read", "syscall-hook", "nvme-hook"][..],
-            36,
+            // 4 depths × 2 thread counts × 4 boots.
+            32,
         ),
         (
             "fig3d-hooks-quick.toml",
