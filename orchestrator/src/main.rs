@@ -52,8 +52,13 @@ enum Command {
         #[arg(long)]
         task: Option<u32>,
     },
-    /// Validate a spec (and its sweep) without running anything.
-    Validate { spec: PathBuf },
+    /// Validate specs (and their sweeps) without running anything: every
+    /// error of each file (up to 20 a file), with its file, line and
+    /// field; exit 1 if any.
+    Validate {
+        #[arg(required = true)]
+        specs: Vec<PathBuf>,
+    },
     /// Draw every figure of a run from its samples.parquet (RUN/figures/*.svg|png|json).
     Plot {
         run: PathBuf,
@@ -414,7 +419,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Collect { run } => collect(&run),
         Command::SlurmLocal { dir } => slurm_local(&dir),
         Command::SlurmTask { run, task } => slurm_task(&run, task),
-        Command::Validate { spec } => validate(&spec),
+        Command::Validate { specs } => validate(&specs),
         Command::Plot { run, figures } => plot(&run, figures),
         Command::Check {
             run,
@@ -612,12 +617,51 @@ fn slurm_task(run: &Path, task: Option<u32>) -> Result<ExitCode> {
     run_outcome(result, &run.join("spec.toml").display().to_string())
 }
 
-fn validate(spec: &Path) -> Result<ExitCode> {
-    let (loaded, plan) = run::check_spec(spec)?;
+/// `testbed validate`: every spec checked, every error printed.
+fn validate(specs: &[PathBuf]) -> Result<ExitCode> {
     let defs = figures::def::load_all(&figures::def::default_dir())?;
-    let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs);
+    let (mut errors, mut bad) = (0, 0);
+    for spec in specs {
+        let found = validate_one(spec, &defs);
+        if found.is_empty() {
+            continue;
+        }
+        bad += 1;
+        errors += found.len();
+        let max = testbed::spec::MAX_ERRORS;
+        for e in found.iter().take(max) {
+            eprintln!("error: {e}");
+        }
+        if found.len() > max {
+            eprintln!(
+                "error: {}: {} more errors not shown",
+                spec.display(),
+                found.len() - max
+            );
+        }
+    }
+    if bad == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("{errors} error(s) in {bad} of {} spec file(s)", specs.len());
+    Ok(ExitCode::FAILURE)
+}
+
+/// One spec's errors (none: it printed its ok line).
+fn validate_one(
+    spec: &Path,
+    defs: &std::collections::BTreeMap<String, figures::def::FigureDef>,
+) -> Vec<String> {
+    let (loaded, plan) = match run::check_spec_all(spec) {
+        Ok(ok) => ok,
+        Err(errors) => return errors.iter().map(ToString::to_string).collect(),
+    };
+    let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, defs);
     if !misfits.is_empty() {
-        anyhow::bail!("{}: {}", spec.display(), misfits.join("\n  "));
+        return misfits
+            .iter()
+            .map(|m| format!("{}: {m}", spec.display()))
+            .collect();
     }
     let e = &loaded.spec.experiment;
     outln!(
@@ -629,7 +673,7 @@ fn validate(spec: &Path) -> Result<ExitCode> {
         e.repetitions,
         e.executor
     );
-    Ok(ExitCode::SUCCESS)
+    Vec::new()
 }
 
 fn plot(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
