@@ -125,9 +125,12 @@ enum Command {
     },
     /// Summary of a run directory.
     Show { run: PathBuf },
-    /// Check every file a run wrote against the size, sha256 and table
-    /// rows its manifest recorded as the run finished; exit 1 naming each
-    /// file that differs.
+    /// Check each run's manifest against its digest
+    /// (manifest.json.sha256) and every file the run wrote against the
+    /// size, sha256 and table rows the manifest recorded as the run
+    /// finished; a packed archive (RUNS may name one) as unpack checks
+    /// it, with the files pack added; exit 1 naming each file that
+    /// differs.
     Verify {
         #[arg(required = true)]
         runs: Vec<PathBuf>,
@@ -530,46 +533,26 @@ fn run_spec(a: RunArgs) -> Result<ExitCode> {
     run_outcome(result, &a.spec.display().to_string())
 }
 
-/// `testbed verify`: each run's files against its manifest's record.
+/// `testbed verify`: each run's manifest against its digest and its files
+/// against the manifest's record; a packed archive's runs as `unpack`
+/// would check them.
 fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
-    use testbed::results::{manifest, outputs};
+    use testbed::results::{integrity, pack};
     let mut failed = 0;
     for run in runs {
-        let m = manifest::read(&run.join("manifest.json"))?;
-        if m.outputs.is_empty() {
-            outln!(
-                "{}: cannot be verified: its manifest records no output files (written before testbed recorded them, or the run did not finish)",
-                run.display()
-            );
-            failed += 1;
-            continue;
-        }
-        let v = outputs::verify(run, &m.outputs);
-        if v.problems.is_empty() {
-            outln!(
-                "{}: ok: {} files, {} bytes, as recorded; {} rows in its tables",
-                run.display(),
-                v.matched,
-                v.bytes,
-                v.rows
-            );
+        let checks = if run.is_file() {
+            pack::verify_archive(run)?
+                .into_iter()
+                .map(|(name, c)| (format!("{}: {name}", run.display()), c))
+                .collect()
         } else {
-            failed += 1;
-            outln!(
-                "{}: {} of {} recorded files differ:",
-                run.display(),
-                v.problems.len(),
-                m.outputs.len()
-            );
-            for p in &v.problems {
-                outln!("  {p}");
+            vec![(run.display().to_string(), integrity::check_run(run)?.1)]
+        };
+        for (name, c) in checks {
+            if !c.ok() {
+                failed += 1;
             }
-        }
-        if !v.unrecorded.is_empty() {
-            outln!(
-                "  not in the record (written after the run, not checked): {}",
-                v.unrecorded.join(", ")
-            );
+            print_check(&name, &c);
         }
     }
     Ok(if failed == 0 {
@@ -577,6 +560,32 @@ fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_check(name: &str, c: &testbed::results::integrity::RunCheck) {
+    if c.ok() {
+        outln!(
+            "{name}: ok: the manifest as sealed, {} files, {} bytes, as recorded; {} rows in its tables",
+            c.matched,
+            c.bytes,
+            c.rows
+        );
+    } else {
+        outln!(
+            "{name}: {} problem(s) ({} output files recorded):",
+            c.problems.len(),
+            c.recorded
+        );
+        for p in &c.problems {
+            outln!("  {p}");
+        }
+    }
+    if !c.unrecorded.is_empty() {
+        outln!(
+            "  not in the record (written after the run, not checked): {}",
+            c.unrecorded.join(", ")
+        );
+    }
 }
 
 fn status(run: &Path) -> Result<ExitCode> {
