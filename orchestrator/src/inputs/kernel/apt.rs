@@ -62,11 +62,14 @@ pub fn check_local(path: &Path, pin: &Pin<'_>) -> Result<PathBuf, KernelError> {
         return Err(KernelError::LocalSourceMismatch {
             var,
             path: path.to_path_buf(),
-            package: pin.package.to_string(),
-            version: pin.version.to_string(),
-            descriptor: pin.descriptor.to_path_buf(),
-            field: pin.sha_field.to_string(),
-            expected: pin.sha256.to_string(),
+            pinned: format!(
+                "{} pins `{}` = {}: not the pinned {} {}",
+                pin.descriptor.display(),
+                pin.sha_field,
+                pin.sha256,
+                pin.package,
+                pin.version
+            ),
             actual,
         });
     }
@@ -176,7 +179,6 @@ fn download_into(
             version: pin.version.to_string(),
             descriptor: pin.descriptor.to_path_buf(),
             apt_said,
-            var: local_source_var(pin.package),
         });
     }
     let mut debs = Vec::new();

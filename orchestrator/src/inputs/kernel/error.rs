@@ -36,29 +36,25 @@ pub enum KernelError {
          `{var}=/path/to/{package}_{version}_all.deb` (or the tarball it holds), checked against \
          the pin's sha256; or update the pin in {descriptor}: pick a version from \
          `apt-cache policy {package}` and set `version` and `sha256` (from \
-         `apt-cache show {package}=<version> | grep SHA256`)."
+         `apt-cache show {package}=<version> | grep SHA256`).",
+        var = crate::kernel::apt::local_source_var(.package)
     )]
     PinnedVersionUnavailable {
         package: String,
         version: String,
         descriptor: PathBuf,
         apt_said: String,
-        /// The variable that supplies the file instead (`TESTBED_KERNEL_SOURCE_<PACKAGE>`).
-        var: String,
     },
 
     #[error(
-        "{var}={path}: its sha256 is {actual}, but {descriptor} pins `{field}` = {expected}: \
-         not the pinned {package} {version}; give the file whose sha256 is the pinned one, or unset {var}"
+        "{var}={path}: its sha256 is {actual}, but {pinned}; give the file whose sha256 is \
+         the pinned one, or unset {var}"
     )]
     LocalSourceMismatch {
         var: String,
         path: PathBuf,
-        package: String,
-        version: String,
-        descriptor: PathBuf,
-        field: String,
-        expected: String,
+        /// What the descriptor pins: its file, field, hash, package and version.
+        pinned: String,
         actual: String,
     },
 
