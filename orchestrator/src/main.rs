@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use testbed::spec::{AccelChoice, ExecutorKind};
 use testbed::{doctor, executor, figures, kernel, paths, progress, run, show};
+use testbed::{out, outln};
 
 #[derive(Parser)]
 #[command(
@@ -51,8 +52,13 @@ enum Command {
         #[arg(long)]
         task: Option<u32>,
     },
-    /// Validate a spec (and its sweep) without running anything.
-    Validate { spec: PathBuf },
+    /// Validate specs (and their sweeps) without running anything: every
+    /// error of each file (up to 20 a file), with its file, line and
+    /// field; exit 1 if any.
+    Validate {
+        #[arg(required = true)]
+        specs: Vec<PathBuf>,
+    },
     /// Draw every figure of a run from its samples.parquet (RUN/figures/*.svg|png|json).
     Plot {
         run: PathBuf,
@@ -119,9 +125,12 @@ enum Command {
     },
     /// Summary of a run directory.
     Show { run: PathBuf },
-    /// Check every file a run wrote against the size, sha256 and table
-    /// rows its manifest recorded as the run finished; exit 1 naming each
-    /// file that differs.
+    /// Check each run's manifest against its digest
+    /// (manifest.json.sha256) and every file the run wrote against the
+    /// size, sha256 and table rows the manifest recorded as the run
+    /// finished; a packed archive (RUNS may name one) as unpack checks
+    /// it, with the files pack added; exit 1 naming each file that
+    /// differs.
     Verify {
         #[arg(required = true)]
         runs: Vec<PathBuf>,
@@ -369,8 +378,8 @@ fn main() -> ExitCode {
 fn run_outcome(result: Result<run::RunResult, run::RunError>, spec: &str) -> Result<ExitCode> {
     match result {
         Ok(r) => {
-            print!("{}", show::show_run(&r.dir)?);
-            println!("results in {}", r.dir.display());
+            out!("{}", show::show_run(&r.dir)?);
+            outln!("results in {}", r.dir.display());
             let all_ok = r.manifest.points.iter().all(|p| p.ok);
             Ok(if all_ok {
                 ExitCode::SUCCESS
@@ -413,7 +422,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Collect { run } => collect(&run),
         Command::SlurmLocal { dir } => slurm_local(&dir),
         Command::SlurmTask { run, task } => slurm_task(&run, task),
-        Command::Validate { spec } => validate(&spec),
+        Command::Validate { specs } => validate(&specs),
         Command::Plot { run, figures } => plot(&run, figures),
         Command::Check {
             run,
@@ -438,23 +447,23 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::List { dir } => list(dir),
         Command::Upgrade { runs } => upgrade(&runs),
         Command::Show { run } => {
-            print!("{}", show::show_run(&run)?);
+            out!("{}", show::show_run(&run)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify { runs } => verify_runs(&runs),
         Command::Pack { runs, out } => {
             for p in testbed::results::pack::pack(&runs, &out)? {
-                println!("packed {} ({} files)", p.name, p.files);
+                outln!("packed {} ({} files)", p.name, p.files);
                 for m in &p.missing {
-                    println!("  not packed, not found: {m}");
+                    outln!("  not packed, not found: {m}");
                 }
             }
-            println!("wrote {}", out.display());
+            outln!("wrote {}", out.display());
             Ok(ExitCode::SUCCESS)
         }
         Command::Unpack { archive, into } => {
             for run in testbed::results::pack::unpack(&archive, &into)? {
-                println!("unpacked and verified {}", run.display());
+                outln!("unpacked and verified {}", run.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -498,7 +507,7 @@ fn exit_failure_if(failed: bool) -> ExitCode {
 
 fn doctor(no_probe: bool) -> Result<ExitCode> {
     let findings = doctor::diagnose(!no_probe);
-    print!("{}", doctor::render(&findings));
+    out!("{}", doctor::render(&findings));
     Ok(exit_failure_if(
         findings.iter().any(|f| f.level == doctor::Level::Fail),
     ))
@@ -524,46 +533,26 @@ fn run_spec(a: RunArgs) -> Result<ExitCode> {
     run_outcome(result, &a.spec.display().to_string())
 }
 
-/// `testbed verify`: each run's files against its manifest's record.
+/// `testbed verify`: each run's manifest against its digest and its files
+/// against the manifest's record; a packed archive's runs as `unpack`
+/// would check them.
 fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
-    use testbed::results::{manifest, outputs};
+    use testbed::results::{integrity, pack};
     let mut failed = 0;
     for run in runs {
-        let m = manifest::read(&run.join("manifest.json"))?;
-        if m.outputs.is_empty() {
-            println!(
-                "{}: cannot be verified: its manifest records no output files (written before testbed recorded them, or the run did not finish)",
-                run.display()
-            );
-            failed += 1;
-            continue;
-        }
-        let v = outputs::verify(run, &m.outputs);
-        if v.problems.is_empty() {
-            println!(
-                "{}: ok: {} files, {} bytes, as recorded; {} rows in its tables",
-                run.display(),
-                v.matched,
-                v.bytes,
-                v.rows
-            );
+        let checks = if run.is_file() {
+            pack::verify_archive(run)?
+                .into_iter()
+                .map(|(name, c)| (format!("{}: {name}", run.display()), c))
+                .collect()
         } else {
-            failed += 1;
-            println!(
-                "{}: {} of {} recorded files differ:",
-                run.display(),
-                v.problems.len(),
-                m.outputs.len()
-            );
-            for p in &v.problems {
-                println!("  {p}");
+            vec![(run.display().to_string(), integrity::check_run(run)?.1)]
+        };
+        for (name, c) in checks {
+            if !c.ok() {
+                failed += 1;
             }
-        }
-        if !v.unrecorded.is_empty() {
-            println!(
-                "  not in the record (written after the run, not checked): {}",
-                v.unrecorded.join(", ")
-            );
+            print_check(&name, &c);
         }
     }
     Ok(if failed == 0 {
@@ -573,11 +562,37 @@ fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
     })
 }
 
+fn print_check(name: &str, c: &testbed::results::integrity::RunCheck) {
+    if c.ok() {
+        outln!(
+            "{name}: ok: the manifest as sealed, {} files, {} bytes, as recorded; {} rows in its tables",
+            c.matched,
+            c.bytes,
+            c.rows
+        );
+    } else {
+        outln!(
+            "{name}: {} problem(s) ({} output files recorded):",
+            c.problems.len(),
+            c.recorded
+        );
+        for p in &c.problems {
+            outln!("  {p}");
+        }
+    }
+    if !c.unrecorded.is_empty() {
+        outln!(
+            "  not in the record (written after the run, not checked): {}",
+            c.unrecorded.join(", ")
+        );
+    }
+}
+
 fn status(run: &Path) -> Result<ExitCode> {
     if testbed::slurm::array::ArrayDir::is_array(run) {
-        print!("{}", testbed::slurm::status::render(run)?);
+        out!("{}", testbed::slurm::status::render(run)?);
     } else {
-        print!("{}", show::show_run(run)?);
+        out!("{}", show::show_run(run)?);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -591,7 +606,7 @@ fn collect(run: &Path) -> Result<ExitCode> {
 
 fn slurm_local(dir: &Path) -> Result<ExitCode> {
     let cluster = testbed::slurm::local::LocalSlurm::start(dir)?;
-    println!(
+    outln!(
         "one-node Slurm running ({} CPUs on node {}); in another shell:\n  export SLURM_CONF={}\nCtrl-C stops it",
         cluster.cpus,
         cluster.node,
@@ -611,15 +626,54 @@ fn slurm_task(run: &Path, task: Option<u32>) -> Result<ExitCode> {
     run_outcome(result, &run.join("spec.toml").display().to_string())
 }
 
-fn validate(spec: &Path) -> Result<ExitCode> {
-    let (loaded, plan) = run::check_spec(spec)?;
+/// `testbed validate`: every spec checked, every error printed.
+fn validate(specs: &[PathBuf]) -> Result<ExitCode> {
     let defs = figures::def::load_all(&figures::def::default_dir())?;
-    let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs);
+    let (mut errors, mut bad) = (0, 0);
+    for spec in specs {
+        let found = validate_one(spec, &defs);
+        if found.is_empty() {
+            continue;
+        }
+        bad += 1;
+        errors += found.len();
+        let max = testbed::spec::MAX_ERRORS;
+        for e in found.iter().take(max) {
+            eprintln!("error: {e}");
+        }
+        if found.len() > max {
+            eprintln!(
+                "error: {}: {} more errors not shown",
+                spec.display(),
+                found.len() - max
+            );
+        }
+    }
+    if bad == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("{errors} error(s) in {bad} of {} spec file(s)", specs.len());
+    Ok(ExitCode::FAILURE)
+}
+
+/// One spec's errors (none: it printed its ok line).
+fn validate_one(
+    spec: &Path,
+    defs: &std::collections::BTreeMap<String, figures::def::FigureDef>,
+) -> Vec<String> {
+    let (loaded, plan) = match run::check_spec_all(spec) {
+        Ok(ok) => ok,
+        Err(errors) => return errors.iter().map(ToString::to_string).collect(),
+    };
+    let misfits = figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, defs);
     if !misfits.is_empty() {
-        anyhow::bail!("{}: {}", spec.display(), misfits.join("\n  "));
+        return misfits
+            .iter()
+            .map(|m| format!("{}: {m}", spec.display()))
+            .collect();
     }
     let e = &loaded.spec.experiment;
-    println!(
+    outln!(
         "{}: ok — experiment {}, {} points ({} sweep combinations × {} repetitions), executor {:?}",
         spec.display(),
         e.name,
@@ -628,17 +682,17 @@ fn validate(spec: &Path) -> Result<ExitCode> {
         e.repetitions,
         e.executor
     );
-    Ok(ExitCode::SUCCESS)
+    Vec::new()
 }
 
 fn plot(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
     let p = figures::plot_run(run, &figure_defs(figures))?;
     for f in &p.files {
-        println!("{}", f.display());
+        outln!("{}", f.display());
     }
     for (id, notes) in &p.notes {
         for n in notes {
-            println!("  {id}: {n}");
+            outln!("  {id}: {n}");
         }
     }
     report_unknown(&p.unknown);
@@ -665,8 +719,8 @@ fn check(
     }
     let (claims, unknown) = figures::check_run(run, &defs)?;
     let rows: Vec<(&str, &figures::ClaimResult)> = claims.iter().map(|c| ("", c)).collect();
-    print!("{}", figures::claims::table(&rows));
-    println!("claims in {}", run.join("claims.json").display());
+    out!("{}", figures::claims::table(&rows));
+    outln!("claims in {}", run.join("claims.json").display());
     report_unknown(&unknown);
     let manifest_path = run.join("manifest.json");
     let noise = testbed::results::manifest::read(&manifest_path)
@@ -681,7 +735,7 @@ fn check(
         )
     });
     if noise.noisy > 0 && shaky {
-        println!(
+        outln!(
             "this run: {}; a claim that did not hold or stayed undecided may be the host's noise: run it again on a quiet host",
             noise.text()
         );
@@ -693,7 +747,7 @@ fn check(
         return Ok(ExitCode::SUCCESS);
     };
     let gate = figures::gate::against_baseline(&before, &claims, &noise, rerun_noisy);
-    print!("{}", gate.text());
+    out!("{}", gate.text());
     Ok(ExitCode::from(gate.outcome().code()))
 }
 
@@ -714,7 +768,7 @@ fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
         .count();
     if due == 0 {
         if noisy.noisy > 0 {
-            println!(
+            outln!(
                 "--rerun-noisy: {}; none may run again (each ran again {} times, or failed)",
                 noisy.text(),
                 run::MAX_NOISY_RERUNS
@@ -746,7 +800,7 @@ fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
         (Ok(a), Ok(b)) if a == b => original,
         _ => copy,
     };
-    println!(
+    outln!(
         "--rerun-noisy: {due} noisy point(s) of {} run again (testbed run {} --resume --rerun-noisy --out {0})",
         run_dir.display(),
         spec.display()
@@ -763,7 +817,7 @@ fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
     let result = run::run(&spec, &opts, progress.as_mut());
     drop(progress);
     let r = result.with_context(|| format!("--rerun-noisy: rerunning {}", run_dir.display()))?;
-    println!(
+    outln!(
         "--rerun-noisy: {}",
         match r.manifest.noisy() {
             n if n.noisy == 0 => "no point is noisy now".to_string(),
@@ -775,7 +829,7 @@ fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
 
 fn report(run: &Path, figures: Option<PathBuf>) -> Result<ExitCode> {
     let out = figures::report_run(run, &figure_defs(figures))?;
-    println!("{}", out.display());
+    outln!("{}", out.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -797,7 +851,7 @@ fn compare(
     check_min_effect(min_effect)?;
     let defs = figures::def::load_all(&figure_defs(figures))?;
     let c = figures::compare::compare(run_a, run_b, &defs, min_effect / 100.0)?;
-    print!("{}", figures::compare::render(&c));
+    out!("{}", figures::compare::render(&c));
     Ok(if fail_on_regression && c.regressions() > 0 {
         ExitCode::from(4)
     } else {
@@ -822,9 +876,9 @@ fn history(a: HistoryArgs) -> Result<ExitCode> {
     };
     let h = figures::history::history(&dirs, &defs, &cfg)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&h)?);
+        outln!("{}", serde_json::to_string_pretty(&h)?);
     } else {
-        print!("{}", figures::history::render(&h));
+        out!("{}", figures::history::render(&h));
     }
     if !a.fail_on_change {
         return Ok(ExitCode::SUCCESS);
@@ -835,7 +889,7 @@ fn history(a: HistoryArgs) -> Result<ExitCode> {
     if a.json {
         eprintln!("{line}");
     } else {
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(ExitCode::from(outcome.code()))
 }
@@ -846,7 +900,7 @@ fn list(dir: PathBuf) -> Result<ExitCode> {
     } else {
         dir
     };
-    print!("{}", show::list_specs(&dir));
+    out!("{}", show::list_specs(&dir));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -854,11 +908,11 @@ fn upgrade(runs: &[PathBuf]) -> Result<ExitCode> {
     use testbed::results::upgrade::{Outcome, upgrade};
     for run in runs {
         match upgrade(run)? {
-            Outcome::AlreadyTidy => println!("{}: already in the tidy layout", run.display()),
+            Outcome::AlreadyTidy => outln!("{}: already in the tidy layout", run.display()),
             Outcome::Upgraded {
                 raw_rows,
                 summary_rows,
-            } => println!(
+            } => outln!(
                 "{}: {raw_rows} raw rows, {summary_rows} summary rows (old files in legacy/)",
                 run.display()
             ),
@@ -868,7 +922,7 @@ fn upgrade(runs: &[PathBuf]) -> Result<ExitCode> {
 }
 
 fn image_command(command: ImageCommand) -> Result<ExitCode> {
-    print!(
+    out!(
         "{}",
         match command {
             ImageCommand::Build { name } => testbed::image::cli::build(&name)?,
@@ -887,7 +941,7 @@ fn passthrough_restore(pci: Option<&str>, force: bool) -> Result<ExitCode> {
         force,
     );
     for l in &r.lines {
-        println!("{l}");
+        outln!("{l}");
     }
     Ok(exit_failure_if(r.failed))
 }
@@ -922,14 +976,14 @@ fn preflight(need: &[String]) -> Result<ExitCode> {
             testbed::hosttools::NEEDS.join(", ")
         );
     }
-    print!("{}", doctor::render(&doctor::tool_findings(&needs)));
+    out!("{}", doctor::render(&doctor::tool_findings(&needs)));
     match testbed::hosttools::preflight(&needs) {
         Ok(()) => {
-            println!("preflight: every tool for {} is present", needs.join(", "));
+            outln!("preflight: every tool for {} is present", needs.join(", "));
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            println!("preflight: {e}");
+            outln!("preflight: {e}");
             Ok(ExitCode::FAILURE)
         }
     }
@@ -944,14 +998,14 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
     let summary = summary?;
     for o in &summary.outcomes {
         match (&o.run, &o.error) {
-            (Some(r), _) => println!(
+            (Some(r), _) => outln!(
                 "{:<48} {} ({:?}, {} figures)",
                 o.spec,
                 r.figures.run.dir.display(),
                 r.figures.run.manifest.status,
                 r.figures.figures.len()
             ),
-            (None, e) => println!("{:<48} NOT RUN: {}", o.spec, e.as_deref().unwrap_or("?")),
+            (None, e) => outln!("{:<48} NOT RUN: {}", o.spec, e.as_deref().unwrap_or("?")),
         }
     }
     let rows: Vec<(&str, &figures::ClaimResult)> = summary
@@ -959,11 +1013,11 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
         .iter()
         .map(|j| (j.experiment.as_str(), &j.claim))
         .collect();
-    print!("{}", figures::claims::table(&rows));
-    println!("report: {}", summary.report.display());
+    out!("{}", figures::claims::table(&rows));
+    outln!("report: {}", summary.report.display());
     // Under ./x the whole invocation's table is printed there instead.
     if std::env::var_os("TESTBED_PHASES").is_none() {
-        println!(
+        outln!(
             "time by phase: {}",
             testbed::phases::render(&testbed::phases::totals())
         );
@@ -996,7 +1050,7 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             let entries = caches::list(&root)?;
             let used = runs_by_entry(&root, &results);
             let total: u64 = entries.iter().map(|e| e.bytes).sum();
-            println!(
+            outln!(
                 "{} ({} in {} entries)",
                 root.display(),
                 mib(total),
@@ -1012,7 +1066,7 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                     "no run in ".to_string() + &results.display().to_string(),
                     |r| format!("{} run(s): {}", r.len(), r.join(", ")),
                 );
-                println!(
+                outln!(
                     "  {id:<40.40} {:>12}  used {:<12} {}; {}{}",
                     mib(e.bytes),
                     age(e.last_used),
@@ -1046,7 +1100,7 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             };
             let done = caches::prune(&root, policy, std::time::SystemTime::now())?;
             for e in &done.removed {
-                println!(
+                outln!(
                     "removed {}/{} ({}, {}, used {})",
                     e.area,
                     e.name,
@@ -1056,12 +1110,14 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                 );
             }
             for (e, who) in &done.busy {
-                println!(
+                outln!(
                     "kept    {}/{} ({}): in use by {who}",
-                    e.area, e.name, e.what
+                    e.area,
+                    e.name,
+                    e.what
                 );
             }
-            println!("{} now holds {}", root.display(), mib(done.bytes_after));
+            outln!("{} now holds {}", root.display(), mib(done.bytes_after));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -1128,39 +1184,39 @@ fn kernel_command(command: KernelCommand) -> Result<ExitCode> {
         KernelCommand::Build { name } | KernelCommand::Fetch { name } => {
             let k = kernel::resolve(&configs, &name, &cache, &say)
                 .with_context(|| format!("kernel {name}"))?;
-            println!(
+            outln!(
                 "{} {} {}\n  bzImage {}",
                 k.name,
                 k.release,
                 k.description,
                 k.bzimage.display()
             );
-            println!("  key {}", k.key);
+            outln!("  key {}", k.key);
         }
         KernelCommand::List => {
-            println!("descriptors in {}:", configs.display());
+            outln!("descriptors in {}:", configs.display());
             for d in kernel::list_descriptors(&configs)? {
                 let cached = kernel::lookup_cached(&configs, &d, &cache)?;
                 match cached {
-                    Some(k) => println!(
+                    Some(k) => outln!(
                         "  {d:<16} cached: {} [{}] key {}",
                         k.description,
                         k.release,
                         &k.key[..12.min(k.key.len())]
                     ),
-                    None => println!("  {d:<16} not built"),
+                    None => outln!("  {d:<16} not built"),
                 }
             }
         }
         KernelCommand::Show { name } => match kernel::lookup_cached(&configs, &name, &cache)? {
             Some(k) => {
-                println!("name        {}", k.name);
-                println!("description {}", k.description);
-                println!("release     {}", k.release);
-                println!("key         {}", k.key);
-                println!("bzImage     {}", k.bzimage.display());
-                println!("config      {}", k.config_sha256.as_deref().unwrap_or("-"));
-                println!(
+                outln!("name        {}", k.name);
+                outln!("description {}", k.description);
+                outln!("release     {}", k.release);
+                outln!("key         {}", k.key);
+                outln!("bzImage     {}", k.bzimage.display());
+                outln!("config      {}", k.config_sha256.as_deref().unwrap_or("-"));
+                outln!(
                     "patches     {}",
                     if k.patches.is_empty() {
                         "-".to_string()

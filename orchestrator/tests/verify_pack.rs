@@ -161,3 +161,195 @@ fn a_packed_run_unpacks_elsewhere_and_plots_the_same_figure_data() {
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("already exists"), "{}", text(&o));
 }
+
+mod common;
+
+/// The kernel patch of [`sealed_run`] and its text.
+const PATCH: (&str, &str) = ("0001-hook.patch", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n");
+
+/// A synthetic finished run in `dir/run` (one point, samples merged,
+/// outputs recorded, written with the manifest's own writer, so sealed by
+/// its digest) whose kernel's cache entry `dir/cache/k` holds config,
+/// meta.json and one patch, the patch's sha256 in the manifest; and a
+/// claims.json drawn after the run. No VM, no guest build.
+fn sealed_run(dir: &Path) -> PathBuf {
+    use testbed::results::{manifest, outputs};
+    let run = dir.join("run");
+    std::fs::create_dir_all(run.join("points")).unwrap();
+    let point = common::synthetic::depth_point(1, 0);
+    let file = common::synthetic::latency_point(&run, "r1", &point, 1000.0);
+    let mut m =
+        common::synthetic::finish_run(&run, "sealed", "r1", &[file], Vec::new(), 1_700_000_000);
+    let entry = dir.join("cache/k");
+    std::fs::create_dir_all(entry.join("patches")).unwrap();
+    std::fs::write(entry.join("bzImage"), "kernel").unwrap();
+    std::fs::write(entry.join("config"), "CONFIG_X=y\n").unwrap();
+    std::fs::write(entry.join("meta.json"), "{}").unwrap();
+    std::fs::write(entry.join("patches").join(PATCH.0), PATCH.1).unwrap();
+    let (sha, _) = testbed::fsutil::sha256_file(&entry.join("patches").join(PATCH.0)).unwrap();
+    m.inputs.kernel = Some(manifest::KernelInput {
+        name: "vm-hooks".into(),
+        patches: vec![PATCH.0.into()],
+        patch_sha256: [(PATCH.0.to_string(), sha)].into(),
+        bzimage: entry.join("bzImage"),
+        ..Default::default()
+    });
+    m.outputs = outputs::record(&run).unwrap();
+    manifest::write(&run.join("manifest.json"), &m).unwrap();
+    std::fs::write(run.join("claims.json"), "[]").unwrap();
+    run
+}
+
+fn os(p: &Path) -> &std::ffi::OsStr {
+    p.as_os_str()
+}
+
+/// `tree` (an unpacked `<experiment>/<run id>` under it) packed again as
+/// a zstd tar at `out`, as an editor of the archive would.
+fn repack(tree: &Path, out: &Path) {
+    let file = std::fs::File::create(out).unwrap();
+    let enc = zstd::Encoder::new(file, 3).unwrap();
+    let mut tar = tar::Builder::new(enc);
+    tar.append_dir_all(".", tree).unwrap();
+    tar.into_inner().unwrap().finish().unwrap();
+}
+
+#[test]
+fn an_edited_manifest_fails_verify_and_pack_naming_it() {
+    let t = tempfile::tempdir().unwrap();
+    let run = sealed_run(t.path());
+    let o = testbed(&["verify".as_ref(), os(&run)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(": ok: the manifest as sealed"),
+        "{}",
+        text(&o)
+    );
+    assert!(run.join("manifest.json.sha256").is_file());
+
+    let path = run.join("manifest.json");
+    let sealed = std::fs::read_to_string(&path).unwrap();
+    assert!(sealed.contains("\"seed\": 42"), "{sealed}");
+    std::fs::write(&path, sealed.replace("\"seed\": 42", "\"seed\": 43")).unwrap();
+    let o = testbed(&["verify".as_ref(), os(&run)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("manifest.json: its sha256 is"),
+        "names the manifest and why:\n{}",
+        text(&o)
+    );
+    let archive = t.path().join("edited.tar.zst");
+    let o = testbed(&["pack".as_ref(), os(&run), "-o".as_ref(), os(&archive)]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("manifest.json: its sha256 is"),
+        "{}",
+        text(&o)
+    );
+    assert!(!archive.exists());
+
+    // Sealed again, then the digest removed: not taken as verified.
+    std::fs::write(&path, &sealed).unwrap();
+    let o = testbed(&["verify".as_ref(), os(&run)]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::remove_file(run.join("manifest.json.sha256")).unwrap();
+    let o = testbed(&["verify".as_ref(), os(&run)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no manifest.json.sha256"), "{}", text(&o));
+}
+
+#[test]
+fn a_patch_or_derived_file_edited_in_a_pack_is_refused_by_verify_and_unpack() {
+    let t = tempfile::tempdir().unwrap();
+    let run = sealed_run(t.path());
+    let archive = t.path().join("runs.tar.zst");
+    let o = testbed(&["pack".as_ref(), os(&run), "-o".as_ref(), os(&archive)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = testbed(&["verify".as_ref(), os(&archive)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("sealed/r1: ok:"), "{}", text(&o));
+
+    let review = t.path().join("review");
+    let o = testbed(&["unpack".as_ref(), os(&archive), "-o".as_ref(), os(&review)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let unpacked = review.join("sealed/r1");
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(unpacked.join("packed.json")).unwrap())
+            .unwrap();
+    let listed: Vec<&str> = index["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for want in [
+        "claims.json",
+        "kernel/config",
+        "kernel/meta.json",
+        "kernel/patches/0001-hook.patch",
+    ] {
+        assert!(listed.contains(&want), "{want} not in {listed:?}");
+    }
+    let o = testbed(&["verify".as_ref(), os(&unpacked)]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The packed patch edited: verify names it, twice (the pack's index
+    // and the manifest's patch record); an archive holding it is refused.
+    let patch = unpacked.join("kernel/patches").join(PATCH.0);
+    std::fs::write(&patch, PATCH.1.replace("+b", "+c")).unwrap();
+    let o = testbed(&["verify".as_ref(), os(&unpacked)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("kernel/patches/0001-hook.patch: its sha256 is")
+            && text(&o).contains("the patch the run's kernel was built with"),
+        "{}",
+        text(&o)
+    );
+    let edited = t.path().join("edited-patch.tar.zst");
+    repack(&review, &edited);
+    let o = testbed(&["verify".as_ref(), os(&edited)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("kernel/patches/0001-hook.patch"),
+        "{}",
+        text(&o)
+    );
+    let again = t.path().join("again");
+    let o = testbed(&["unpack".as_ref(), os(&edited), "-o".as_ref(), os(&again)]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("kernel/patches/0001-hook.patch"),
+        "{}",
+        text(&o)
+    );
+    assert!(!again.join("sealed").exists(), "a refused run was unpacked");
+
+    // A derived file edited instead: the pack's index names it.
+    std::fs::write(&patch, PATCH.1).unwrap();
+    std::fs::write(unpacked.join("claims.json"), "[1]").unwrap();
+    let o = testbed(&["verify".as_ref(), os(&unpacked)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(
+            "claims.json: 3 bytes, the manifest records 2 (packed: packed.json's record)"
+        ),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn pack_refuses_a_patch_that_is_not_the_one_the_run_booted() {
+    let t = tempfile::tempdir().unwrap();
+    let run = sealed_run(t.path());
+    std::fs::write(t.path().join("cache/k/patches").join(PATCH.0), "changed\n").unwrap();
+    let archive = t.path().join("runs.tar.zst");
+    let o = testbed(&["pack".as_ref(), os(&run), "-o".as_ref(), os(&archive)]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("kernel patch") && text(&o).contains("0001-hook.patch: its sha256 is"),
+        "{}",
+        text(&o)
+    );
+    assert!(!archive.exists());
+}

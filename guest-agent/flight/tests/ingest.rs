@@ -2,12 +2,17 @@
 //! and every ingest client (our Flight SQL bulk ingest, ADBC's
 //! `adbc_ingest` from PyPI, binary COPY, batched INSERT, psqlODBC arrays)
 //! writing the generated rows into a fresh table, read back and compared
-//! with the generator. Needs what tests/query.rs and tests/adbc.rs need.
+//! with the generator. Needs what tests/query.rs and tests/adbc.rs need
+//! (`common::odbc_binary` builds testbed-odbc when no build has left one).
 
 use testbed_flight::ingest::{self, IngestArgs, IngestClient};
 use testbed_flight::query::columns::ColumnSet;
 
+mod common;
+
+/// Every client, psqlODBC's among them (so testbed-odbc is built).
 fn all_clients() -> Vec<IngestClient> {
+    common::odbc_binary();
     vec![
         IngestClient::FlightSqlIngest,
         IngestClient::AdbcIngest,

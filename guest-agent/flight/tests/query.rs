@@ -1,13 +1,17 @@
 //! The query comparison end to end: a real PostgreSQL 15 in a temporary
 //! directory, the taxi table loaded with COPY, every client fetching LIMIT N.
 //! Needs `apt-get install -y postgresql-15 odbc-postgresql unixodbc
-//! unixodbc-dev`; the ODBC clients run `testbed-odbc` (`cargo build -p
-//! testbed-odbc` first: `./x test` does).
+//! unixodbc-dev`; the ODBC clients run `testbed-odbc`, which
+//! `common::odbc_binary` builds when no build has left one.
 
 use testbed_flight::query::columns::ColumnSet;
 use testbed_flight::query::{self, QueryArgs, QueryClient};
 
+mod common;
+
+/// Every client, the ODBC ones among them (so testbed-odbc is built).
 fn clients() -> Vec<QueryClient> {
+    common::odbc_binary();
     vec![
         QueryClient::OdbcRow,
         QueryClient::OdbcBlock,
@@ -315,5 +319,24 @@ fn a_pinned_run_fetches_the_same_rows() {
     assert_eq!(
         testbed_proc::affinity::this_thread_cpus().unwrap(),
         vec![cpus[1]]
+    );
+}
+
+/// The binary the ODBC clients spawn is there (built by the test when no
+/// build left one) and is the one the library runs.
+#[test]
+fn the_odbc_clients_binary_is_found_or_built() {
+    let bin = common::odbc_binary();
+    assert!(bin.is_file(), "{}", bin.display());
+    assert_eq!(testbed_flight::query::odbc::binary(), bin);
+    let out = std::process::Command::new(&bin)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}: {}", bin.display(), out.status);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("fetch"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
 }

@@ -544,24 +544,38 @@ mod tests {
         )
     }
 
+    // The tests that need a hierarchy are `#[ignore]`d with what they
+    // need: `./x test` runs each where this host has it writable and
+    // names the others skipped, with why; a plain `cargo test` lists them
+    // as ignored rather than passing without having run.
+
+    /// This process's owner directory in the hierarchy of `kind`, or why
+    /// there is none here.
+    fn writable(kind: Kind) -> Result<PathBuf, String> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        writable_among(&mounts(&mountinfo), kind)
+    }
+
+    fn writable_among(mounts: &[(Kind, PathBuf)], kind: Kind) -> Result<PathBuf, String> {
+        let Some((_, mount)) = mounts.iter().find(|(k, _)| *k == kind) else {
+            return Err(format!("no {} mounted here", kind.name()));
+        };
+        set_up(kind, mount, std::process::id())
+            .map_err(|e| format!("{} not usable here: {e}", kind.name()))
+    }
+
+    /// [`writable`], or the test fails saying why: it runs only when asked
+    /// for (an ignored test), so a host without the hierarchy is an error,
+    /// never a pass.
+    fn writable_or_fail(kind: Kind) -> PathBuf {
+        writable(kind).unwrap_or_else(|why| panic!("not testable on this host: {why}"))
+    }
+
     /// A `setsid` escapee dies with the cgroup of `kind`, which is then
-    /// removed. Needs root and the hierarchy mounted; says so otherwise.
+    /// removed. Needs root and the hierarchy mounted.
     fn escapee_dies_with_its_cgroup(kind: Kind) {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let Some((_, mount)) = mounts(&mountinfo).into_iter().find(|(k, _)| *k == kind) else {
-            eprintln!("no {} mounted here: not testable on this host", kind.name());
-            return;
-        };
-        let owner = match set_up(kind, &mount, std::process::id()) {
-            Ok(dir) => dir,
-            Err(e) => {
-                eprintln!(
-                    "{} not writable here ({e}): not testable on this host",
-                    kind.name()
-                );
-                return;
-            }
-        };
+        let owner = writable_or_fail(kind);
         let dir = owner.join(format!("test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let group = Cgroup {
@@ -597,27 +611,52 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a writable cgroup v2 hierarchy with cgroup.kill (root, Linux 5.14+): ./x test runs it where the host has one, else names it skipped"]
     fn a_setsid_escapee_dies_with_its_v2_cgroup() {
         escapee_dies_with_its_cgroup(Kind::V2);
     }
 
     #[test]
+    #[ignore = "needs a writable cgroup v1 freezer hierarchy (root): ./x test runs it where the host has one, else names it skipped"]
     fn a_setsid_escapee_dies_with_its_v1_freezer_cgroup() {
         escapee_dies_with_its_cgroup(Kind::V1Freezer);
     }
 
     #[test]
+    fn a_hierarchy_that_is_not_there_is_named() {
+        // A plain directory standing for a v1 mount: no freezer.state.
+        let t = tempfile::tempdir().unwrap();
+        let only_v1 = [(Kind::V1Freezer, t.path().to_path_buf())];
+        assert_eq!(
+            writable_among(&only_v1, Kind::V2).unwrap_err(),
+            "no cgroup v2 mounted here"
+        );
+        let why = writable_among(&only_v1, Kind::V1Freezer).unwrap_err();
+        assert!(
+            why.starts_with("cgroup v1 freezer not usable here: ")
+                && why.ends_with("has no freezer.state"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs a writable cgroup v2 or v1 freezer hierarchy (root): ./x test runs it where the host has one, else names it skipped"]
     fn a_dead_owners_cgroups_are_killed_and_removed_and_a_live_owners_kept() {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let Some((kind, mount)) = mounts(&mountinfo).into_iter().next() else {
-            eprintln!("no cgroup hierarchy here: not testable on this host");
-            return;
-        };
+        let (kind, mount) = [Kind::V2, Kind::V1Freezer]
+            .into_iter()
+            .find_map(|k| {
+                let owner = writable(k).ok()?;
+                // <mount>/testbed/<owner>
+                Some((k, owner.parent()?.parent()?.to_path_buf()))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "not testable on this host: {}; {}",
+                    writable(Kind::V2).unwrap_err(),
+                    writable(Kind::V1Freezer).unwrap_err()
+                )
+            });
         let top = mount.join(TOP);
-        if std::fs::create_dir_all(&top).is_err() {
-            eprintln!("{} not writable: not testable on this host", top.display());
-            return;
-        }
         // An owner that no longer exists (pid 1's start time is never 1),
         // with an escapee inside; and a live owner (this test process).
         let dead = top.join(format!("1-1{}", std::process::id()));

@@ -1,6 +1,6 @@
 //! Layer host: the host system: units, paths, files, locks, interrupts,
 //! waiting, randomness, phase times, failure records, progress bars, host
-//! tools, facts from /proc, containment by cgroup.
+//! tools, facts from /proc, containment by cgroup, the CLI's stdout.
 //! See the layer table in `src/lib.rs`.
 
 pub mod cgroup;
@@ -14,5 +14,6 @@ pub mod phases;
 pub mod procfs;
 pub mod progress;
 pub mod random;
+pub mod stdout;
 pub mod units;
 pub mod wait;

@@ -214,6 +214,43 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
     Ok(Plan { points, devices })
 }
 
+/// [`plan`] reporting every error it finds (`testbed validate`): each of
+/// the checks against the host and of each sweep value, then, when all of
+/// those pass, the points' own checks (the first failing point).
+pub fn plan_all(loaded: &LoadedSpec) -> Result<Plan, Vec<SpecError>> {
+    plan_all_on(loaded, &HostLimits::current())
+}
+
+/// [`plan_all`] against the given host limits.
+pub fn plan_all_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, Vec<SpecError>> {
+    let mut errors = Vec::new();
+    let checks = [
+        check_memory(loaded, host.mem_total),
+        check_pin(loaded, host.cpus.as_deref()),
+        check_figures(loaded, &host.figures_dir),
+        check_point_count(loaded),
+        check_vm_axes(loaded),
+    ];
+    for e in checks.into_iter().filter_map(Result::err) {
+        crate::spec::push_new(&mut errors, e);
+    }
+    let spec = &loaded.spec;
+    for (axis, values) in spec.sweep.iter().filter(|(a, _)| !a.starts_with("vm.")) {
+        for v in values {
+            let mut table = spec.workload.clone();
+            table.insert(axis.to_string(), v.clone());
+            if let Err(mut e) = crate::spec::workload_from_table(loaded, &table, Some(axis)) {
+                e.message = format!("value {v}: {}", e.message);
+                crate::spec::push_new(&mut errors, e);
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    plan_on(loaded, host).map_err(|e| vec![e])
+}
+
 /// The boot of repetition `rep` when `reps` repetitions are spread over
 /// `boots` boots: consecutive repetitions share one, as evenly as they
 /// divide (7 over 3: 3, 2, 2).

@@ -29,7 +29,7 @@ pub(super) fn run(loaded: &LoadedSpec, spec_path: &Path, opts: &RunOptions) -> R
         &paths::cache_root(),
     ) {
         Ok(text) => {
-            print!("{text}");
+            crate::stdout::print(format_args!("{text}"));
             RunError::DryRun
         }
         Err(e) => e,

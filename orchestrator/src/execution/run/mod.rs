@@ -103,6 +103,14 @@ pub fn check_spec(spec_path: &Path) -> Result<(LoadedSpec, Plan), RunError> {
     Ok((loaded, plan))
 }
 
+/// [`check_spec`] reporting every error of the spec (`testbed validate`),
+/// in file order.
+pub fn check_spec_all(spec_path: &Path) -> Result<(LoadedSpec, Plan), Vec<crate::spec::SpecError>> {
+    let loaded = crate::spec::load_all(spec_path)?;
+    let plan = crate::plan::plan_all(&loaded)?;
+    Ok((loaded, plan))
+}
+
 pub fn run(
     spec_path: &Path,
     opts: &RunOptions,

@@ -194,6 +194,7 @@ pub(crate) fn build_shared_image(
             description: kernel.description.clone(),
             config_sha256: kernel.config_sha256.clone(),
             patches: kernel.patches.clone(),
+            patch_sha256: patch_digests(kernel),
             bzimage: kernel.bzimage.clone(),
         }),
         files: BTreeMap::new(),
@@ -405,4 +406,21 @@ pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::Probe
         }
     })();
     accel::probe_outcome(started, outcome)
+}
+
+/// sha256 of each patch the kernel was built with, from its cache entry
+/// (`<entry>/patches/<name>`, beside the bzImage); a patch the entry does
+/// not hold is left out (`pack` says it is missing).
+fn patch_digests(kernel: &kernel::KernelArtifact) -> BTreeMap<String, String> {
+    let Some(entry) = kernel.bzimage.parent() else {
+        return BTreeMap::new();
+    };
+    kernel
+        .patches
+        .iter()
+        .filter_map(|name| {
+            let (sha, _) = crate::fsutil::sha256_file(&entry.join("patches").join(name)).ok()?;
+            Some((name.clone(), sha))
+        })
+        .collect()
 }

@@ -17,12 +17,94 @@ pub struct Pin<'a> {
     pub sha_field: &'a str,
 }
 
-/// Path of the verified .deb in the download cache, downloading it if needed.
+/// The variable that names a file to use instead of downloading
+/// `package`: `TESTBED_KERNEL_SOURCE_` and the package name in capitals,
+/// each other character `_` (`linux-source-6.1` →
+/// `TESTBED_KERNEL_SOURCE_LINUX_SOURCE_6_1`).
+pub fn local_source_var(package: &str) -> String {
+    let name: String = package
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("TESTBED_KERNEL_SOURCE_{name}")
+}
+
+/// The file the user supplied for `package` (see [`local_source_var`]), if any.
+pub fn local_source(package: &str) -> Option<PathBuf> {
+    std::env::var_os(local_source_var(package))
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Whether a supplied file is a .deb (else a source tarball).
+pub fn is_deb(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "deb")
+}
+
+/// The user's file `path` for `pin`, if its sha256 is the pinned one;
+/// else an error naming the variable, the file and both hashes.
+pub fn check_local(path: &Path, pin: &Pin<'_>) -> Result<PathBuf, KernelError> {
+    let var = local_source_var(pin.package);
+    let actual = sha256_file(path).map_err(|e| match e {
+        KernelError::Io { source, .. } => KernelError::Io {
+            path: PathBuf::from(format!("{var}={}", path.display())),
+            source,
+        },
+        other => other,
+    })?;
+    if !actual.eq_ignore_ascii_case(pin.sha256) {
+        return Err(KernelError::LocalSourceMismatch {
+            var,
+            path: path.to_path_buf(),
+            pinned: format!(
+                "{} pins `{}` = {}: not the pinned {} {}",
+                pin.descriptor.display(),
+                pin.sha_field,
+                pin.sha256,
+                pin.package,
+                pin.version
+            ),
+            actual,
+        });
+    }
+    Ok(path.to_path_buf())
+}
+
+/// Path of the verified .deb: the user's (`TESTBED_KERNEL_SOURCE_<PACKAGE>`,
+/// checked against the pin), else in the download cache, downloading it
+/// if needed.
 pub fn fetch(
     cache_root: &Path,
     pin: &Pin<'_>,
     progress: &dyn Fn(&str),
 ) -> Result<PathBuf, KernelError> {
+    if let Some(local) = local_source(pin.package) {
+        if !is_deb(&local) {
+            return Err(KernelError::Descriptor {
+                path: pin.descriptor.to_path_buf(),
+                message: format!(
+                    "{}={}: {} is a .deb package here; give its .deb file",
+                    local_source_var(pin.package),
+                    local.display(),
+                    pin.package
+                ),
+            });
+        }
+        progress(&format!(
+            "using {} for {} {} ({})",
+            local.display(),
+            pin.package,
+            pin.version,
+            local_source_var(pin.package)
+        ));
+        return check_local(&local, pin);
+    }
     let dir = downloads_dir(cache_root);
     std::fs::create_dir_all(&dir).map_err(|e| KernelError::io(&dir, e))?;
     let file_name = format!("{}_{}.deb", pin.package, pin.version).replace(':', "%3a");
@@ -124,6 +206,52 @@ mod tests {
     use sha2::{Digest, Sha256};
     use std::sync::mpsc;
     use std::time::Duration;
+
+    #[test]
+    fn a_supplied_file_is_used_only_with_the_pinned_sha256() {
+        assert_eq!(
+            local_source_var("linux-source-6.1"),
+            "TESTBED_KERNEL_SOURCE_LINUX_SOURCE_6_1"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let good = b"!<arch>\nthe pinned source".to_vec();
+        let sha = hex::encode(Sha256::digest(&good));
+        let descriptor = t.path().join("vm-base.toml");
+        let pin = Pin {
+            package: "linux-source-6.1",
+            version: "6.1.192-3",
+            sha256: &sha,
+            descriptor: &descriptor,
+            sha_field: "source.deb_sha256",
+        };
+        let file = t.path().join("linux-source-6.1_6.1.192-3_all.deb");
+        std::fs::write(&file, &good).unwrap();
+        assert_eq!(check_local(&file, &pin).unwrap(), file);
+
+        std::fs::write(&file, b"!<arch>\nanother version").unwrap();
+        let actual = hex::encode(Sha256::digest(b"!<arch>\nanother version"));
+        let e = check_local(&file, &pin).unwrap_err();
+        assert!(
+            matches!(e, KernelError::LocalSourceMismatch { .. }),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        for part in [
+            format!("TESTBED_KERNEL_SOURCE_LINUX_SOURCE_6_1={}", file.display()),
+            format!("its sha256 is {actual}"),
+            format!("`source.deb_sha256` = {sha}"),
+            descriptor.display().to_string(),
+            "not the pinned linux-source-6.1 6.1.192-3".to_string(),
+        ] {
+            assert!(msg.contains(&part), "{part:?} not in: {msg}");
+        }
+        let e = check_local(&t.path().join("absent.deb"), &pin).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("TESTBED_KERNEL_SOURCE_LINUX_SOURCE_6_1="),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_second_process_waits_for_the_download_and_uses_it() {

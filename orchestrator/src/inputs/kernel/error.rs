@@ -31,15 +31,31 @@ pub enum KernelError {
 
     #[error(
         "pinned package {package}={version} (kernel descriptor {descriptor}) cannot be downloaded: {apt_said}\n\
-         Run `apt-get update` first. If the archive no longer has this version, update the pin in \
-         {descriptor}: pick a version from `apt-cache policy {package}` and set `version` and \
-         `sha256` (from `apt-cache show {package}=<version> | grep SHA256`)."
+         Run `apt-get update` first. If the archive no longer has this version, either give \
+         the pinned file yourself (from snapshot.debian.org or another mirror): \
+         `{var}=/path/to/{package}_{version}_all.deb` (or the tarball it holds), checked against \
+         the pin's sha256; or update the pin in {descriptor}: pick a version from \
+         `apt-cache policy {package}` and set `version` and `sha256` (from \
+         `apt-cache show {package}=<version> | grep SHA256`).",
+        var = crate::kernel::apt::local_source_var(.package)
     )]
     PinnedVersionUnavailable {
         package: String,
         version: String,
         descriptor: PathBuf,
         apt_said: String,
+    },
+
+    #[error(
+        "{var}={path}: its sha256 is {actual}, but {pinned}; give the file whose sha256 is \
+         the pinned one, or unset {var}"
+    )]
+    LocalSourceMismatch {
+        var: String,
+        path: PathBuf,
+        /// What the descriptor pins: its file, field, hash, package and version.
+        pinned: String,
+        actual: String,
     },
 
     #[error(

@@ -24,6 +24,7 @@ mod experiment;
 mod guest;
 mod limits;
 mod located;
+mod sections;
 mod slurm;
 mod timeouts;
 mod topology;
@@ -144,27 +145,108 @@ pub fn load(path: &Path) -> Result<LoadedSpec, SpecError> {
 
 pub fn parse(path: &Path, source: &str) -> Result<LoadedSpec, SpecError> {
     let spec: Spec = toml::from_str(source).map_err(|e| toml_error(path, source, &e))?;
-    let mut loaded = LoadedSpec {
+    let mut loaded = loaded_without_workloads(path, source, spec);
+    loaded.base_workload = workload_from_table(&loaded, &loaded.spec.workload, None)?;
+    loaded.server_workload = server_workload(&loaded)?;
+    check_sections(&loaded)?;
+    Ok(loaded)
+}
+
+/// At most this many errors of one spec file are reported
+/// ([`load_all`]); the rest are counted.
+pub const MAX_ERRORS: usize = 20;
+
+/// Reads and type-checks a spec file as [`load`] does, but reports every
+/// error it finds rather than the first: each section's (`[vm]`, each
+/// `[[devices]]` entry, `[workload]`, …) first error, in file order.
+pub fn load_all(path: &Path) -> Result<LoadedSpec, Vec<SpecError>> {
+    let source = std::fs::read_to_string(path).map_err(|e| {
+        vec![SpecError {
+            file: path.to_path_buf(),
+            line: None,
+            column: None,
+            field: None,
+            message: format!("cannot read spec: {e}"),
+        }]
+    })?;
+    parse_all(path, &source)
+}
+
+/// [`parse`] reporting every error (see [`load_all`]), in file order.
+pub fn parse_all(path: &Path, source: &str) -> Result<LoadedSpec, Vec<SpecError>> {
+    let spec: Spec = match toml::from_str(source) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let mut errors = vec![toml_error(path, source, &e)];
+            for e in sections::errors(path, source) {
+                push_new(&mut errors, e);
+            }
+            sort_by_line(&mut errors);
+            return Err(errors);
+        }
+    };
+    let mut loaded = loaded_without_workloads(path, source, spec);
+    let mut errors = Vec::new();
+    match workload_from_table(&loaded, &loaded.spec.workload, None) {
+        Ok(w) => loaded.base_workload = w,
+        Err(e) => errors.push(e),
+    }
+    match server_workload(&loaded) {
+        Ok(w) => loaded.server_workload = w,
+        Err(e) => errors.push(e),
+    }
+    for check in SECTION_CHECKS {
+        if let Err(e) = check(&loaded) {
+            push_new(&mut errors, e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(loaded)
+    } else {
+        sort_by_line(&mut errors);
+        Err(errors)
+    }
+}
+
+/// Adds `e` unless an error about the same field at the same place is
+/// already there.
+pub fn push_new(errors: &mut Vec<SpecError>, e: SpecError) {
+    if !errors
+        .iter()
+        .any(|o| o.file == e.file && o.line == e.line && o.field == e.field)
+    {
+        errors.push(e);
+    }
+}
+
+/// File order; errors with no line (a section not written) last.
+fn sort_by_line(errors: &mut [SpecError]) {
+    errors.sort_by_key(|e| (e.line.is_none(), e.line, e.column));
+}
+
+fn loaded_without_workloads(path: &Path, source: &str, spec: Spec) -> LoadedSpec {
+    LoadedSpec {
         path: path.to_path_buf(),
         source: source.to_string(),
         spec,
-        // Replaced just below once the raw table type-checks.
+        // Replaced once the raw table type-checks.
         base_workload: Workload::Fault(testbed_agent::workload::fault::FaultParams {
             mode: testbed_agent::workload::fault::FaultMode::Error,
             after_s: 0.0,
             size: 1000,
         }),
         server_workload: None,
-    };
-    loaded.base_workload = workload_from_table(&loaded, &loaded.spec.workload, None)?;
-    if let Some(t) = &loaded.spec.topology {
-        let w = Workload::deserialize(toml::Value::Table(t.server.clone())).map_err(|e| {
-            loaded.error_at("topology.server", None, e.to_string().trim().to_string())
-        })?;
-        loaded.server_workload = Some(w);
     }
-    check_sections(&loaded)?;
-    Ok(loaded)
+}
+
+/// The server VM's workload of a pair topology, type-checked.
+fn server_workload(loaded: &LoadedSpec) -> Result<Option<Workload>, SpecError> {
+    let Some(t) = &loaded.spec.topology else {
+        return Ok(None);
+    };
+    Workload::deserialize(toml::Value::Table(t.server.clone()))
+        .map(Some)
+        .map_err(|e| loaded.error_at("topology.server", None, e.to_string().trim().to_string()))
 }
 
 /// Type-checks a workload table; `sweep_key` says which sweep axis produced
@@ -208,14 +290,20 @@ pub fn set_executor(loaded: &mut LoadedSpec, executor: ExecutorKind) -> Result<(
     check_sections(loaded)
 }
 
+/// The checks of each section once the whole spec type-checks, in order.
+type SectionCheck = fn(&LoadedSpec) -> Result<(), SpecError>;
+const SECTION_CHECKS: [SectionCheck; 7] = [
+    check_experiment,
+    check_vm,
+    check_devices,
+    check_image_name,
+    check_slurm,
+    check_topology,
+    check_sweep,
+];
+
 fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
-    check_experiment(loaded)?;
-    check_vm(loaded)?;
-    check_devices(loaded)?;
-    check_image_name(loaded)?;
-    check_slurm(loaded)?;
-    check_topology(loaded)?;
-    check_sweep(loaded)
+    SECTION_CHECKS.iter().try_for_each(|check| check(loaded))
 }
 
 /// `[sweep]`: every axis has values, and the workload kind stays fixed.

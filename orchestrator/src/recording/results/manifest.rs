@@ -145,6 +145,10 @@ pub struct KernelInput {
     pub description: String,
     pub config_sha256: Option<String>,
     pub patches: Vec<String>,
+    /// sha256 of each patch (by name) as the run found it in the kernel's
+    /// cache entry: `pack` and `verify` check the packed copies against it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub patch_sha256: BTreeMap<String, String>,
     pub bzimage: std::path::PathBuf,
 }
 
@@ -388,6 +392,8 @@ pub fn read(path: &Path) -> Result<Manifest, ManifestError> {
     })
 }
 
+/// Writes the manifest, then its digest beside it
+/// (`manifest.json.sha256`, see integrity.rs), each atomically.
 pub fn write(path: &Path, m: &Manifest) -> Result<(), ManifestError> {
     let text = serde_json::to_vec_pretty(m).map_err(|source| ManifestError::Encode {
         path: path.to_path_buf(),
@@ -395,6 +401,16 @@ pub fn write(path: &Path, m: &Manifest) -> Result<(), ManifestError> {
     })?;
     crate::fsutil::write_atomic(path, &text).map_err(|source| ManifestError::Io {
         path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let digest = super::integrity::digest_path(path);
+    crate::fsutil::write_atomic(
+        &digest,
+        super::integrity::digest_line(&text, &name).as_bytes(),
+    )
+    .map_err(|source| ManifestError::Io {
+        path: digest,
         source,
     })
 }

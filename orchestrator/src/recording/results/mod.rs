@@ -3,6 +3,7 @@
 //! records; the manifest; resume state. The schema is in results/README.md.
 
 pub mod columns;
+pub mod integrity;
 pub mod levels;
 pub mod manifest;
 pub mod merge;

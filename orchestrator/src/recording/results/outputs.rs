@@ -22,13 +22,16 @@ pub struct OutputFile {
 }
 
 /// Names at the top of a run directory that are not the run's output: the
-/// manifest (which lists the outputs), the devices' backing files (scratch
+/// manifest (which lists the outputs) with its digest, `pack`'s index of
+/// what it added, the devices' backing files (scratch
 /// the run may delete), what `plot`, `check` and `report` derive from the
 /// run later (they can be drawn again), and the kernel files `pack` adds.
 /// Names starting with `.` (the lock, temporary and spill files) are never
 /// outputs either.
 pub const NOT_OUTPUTS: &[&str] = &[
     "manifest.json",
+    super::integrity::MANIFEST_DIGEST,
+    super::integrity::PACK_INDEX,
     "devices",
     "figures",
     "claims.json",
@@ -109,7 +112,8 @@ fn walk(
     Ok(())
 }
 
-fn describe(root: &Path, rel: &str) -> Result<OutputFile, OutputsError> {
+/// The record of the file `rel` under `root`: size, sha256, a table's rows.
+pub fn describe(root: &Path, rel: &str) -> Result<OutputFile, OutputsError> {
     let path = root.join(rel);
     let (sha256, bytes) = sha256_file(&path).map_err(|source| OutputsError::Read {
         path: path.clone(),

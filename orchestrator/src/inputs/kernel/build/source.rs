@@ -1,5 +1,7 @@
-//! The pinned kernel source tarball: the installed one if it matches the pin,
-//! else extracted from the pinned `linux-source-*` .deb fetched with apt.
+//! The pinned kernel source tarball: the user's
+//! (`TESTBED_KERNEL_SOURCE_<PACKAGE>`, a tarball or the .deb) if it matches
+//! the pin, else the installed one if it matches, else extracted from the
+//! pinned `linux-source-*` .deb fetched with apt.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +21,26 @@ pub fn tarball(
     pin: &SourcePin,
     progress: &dyn Fn(&str),
 ) -> Result<PathBuf, KernelError> {
+    // A tarball the user supplied (a .deb goes to apt::fetch below).
+    if let Some(local) = apt::local_source(&pin.package).filter(|p| !apt::is_deb(p)) {
+        progress(&format!(
+            "using {} for the {} {} tarball ({})",
+            local.display(),
+            pin.package,
+            pin.version,
+            apt::local_source_var(&pin.package)
+        ));
+        return apt::check_local(
+            &local,
+            &Pin {
+                package: &pin.package,
+                version: &pin.version,
+                sha256: &pin.sha256,
+                descriptor: &desc.path,
+                sha_field: "source.sha256",
+            },
+        );
+    }
     let installed = PathBuf::from(&pin.tarball);
     if installed.is_file() {
         if sha256_file(&installed)?.eq_ignore_ascii_case(&pin.sha256) {
