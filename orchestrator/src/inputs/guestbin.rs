@@ -590,6 +590,61 @@ mod tests {
         assert!(x.contains("build_field helper") && x.contains("build_field dynamic"));
     }
 
+    /// ./x's reading of the same table: a family's helpers, every helper
+    /// without one, and the family of what `./x reproduce` is given.
+    #[test]
+    fn x_builds_the_helpers_of_the_family_it_reproduces() {
+        let root = crate::paths::repo_root();
+        let x = std::fs::read_to_string(root.join("x")).unwrap();
+        let function = |name: &str| {
+            let start = x.find(&format!("\n{name}() {{")).expect(name) + 1;
+            let len = x[start..].find("\n}\n").map_or(x.len() - start, |e| e + 3);
+            let one_line = x[start..].find('\n').unwrap_or(0);
+            // A one-line function ends on its own line.
+            if x[start..start + one_line].ends_with('}') {
+                x[start..start + one_line + 1].to_string()
+            } else {
+                x[start..start + len].to_string()
+            }
+        };
+        let script = format!(
+            "ROOT={root}\nGUEST_BUILD=$ROOT/orchestrator/guest-build.txt\n{}{}{}\n\
+             echo \"flight: $(family_helpers flight | tr '\\n' ' ')\"\n\
+             echo \"bpf: $(family_helpers bpf-storage | tr '\\n' ' ')\"\n\
+             echo \"all: $(family_helpers | tr '\\n' ' ')\"\n\
+             family_helpers nosuch >/dev/null || echo 'nosuch: unknown'\n\
+             echo \"figure: $(reproduce_family --accel tcg bpf-fig1 --quick)\"\n\
+             echo \"family: $(reproduce_family arrowsam --quick)\"\n\
+             echo \"none: $(reproduce_family --quick)\"\n\
+             echo \"neither: $(reproduce_family nosuch)\"\n",
+            function("build_field"),
+            function("family_helpers"),
+            function("reproduce_family"),
+            root = root.display(),
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            [
+                "flight: testbed-flight testbed-asam testbed-odbc ",
+                "bpf: ",
+                "all: testbed-flight testbed-asam testbed-odbc ",
+                "nosuch: unknown",
+                "figure: bpf-storage",
+                "family: arrowsam",
+                "none: ",
+                "neither: ",
+            ],
+            "{script}"
+        );
+    }
+
     #[test]
     fn the_static_build_has_the_wanted_helpers_and_those_already_built() {
         let b = parse_build_table(
