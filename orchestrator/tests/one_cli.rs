@@ -196,16 +196,22 @@ fn a_missing_helper_names_the_binary_where_it_was_looked_for_and_its_build() {
 
 #[test]
 fn a_helper_variable_naming_no_file_is_an_error_not_a_fallback() {
-    let dir = tempfile::tempdir().unwrap();
-    // A helper on PATH that must not be run instead.
-    let on_path = stand_in(dir.path(), "testbed-asam", 0);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Nothing beside this testbed; a helper on PATH that must not be run
+    // instead.
+    let exe = lone_testbed(dir.path(), "debug");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    stand_in(&bin, "testbed-asam", 0);
     let missing = dir.path().join("no-such-asam");
-    let out = testbed()
-        .args(["asam", "prepare"])
-        .env("TESTBED_ASAM_BIN", &missing)
-        .env("PATH", on_path.parent().unwrap())
-        .output()
-        .unwrap();
+    let asam = || {
+        let mut c = Command::new(&exe);
+        c.args(["asam", "prepare"])
+            .env_remove("TESTBED_ASAM_BIN")
+            .env("PATH", &bin);
+        c
+    };
+    let out = asam().env("TESTBED_ASAM_BIN", &missing).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(out.stdout.is_empty(), "the helper on PATH ran");
@@ -217,11 +223,7 @@ fn a_helper_variable_naming_no_file_is_an_error_not_a_fallback() {
         "{err}"
     );
     // Unset, the one on PATH runs.
-    let out = testbed()
-        .args(["asam", "prepare"])
-        .env("PATH", on_path.parent().unwrap())
-        .output()
-        .unwrap();
+    let out = asam().output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
