@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use testbed::spec::{AccelChoice, ExecutorKind};
-use testbed::{doctor, executor, figures, kernel, paths, progress, run, show};
+use testbed::{doctor, executor, figures, guestbin, kernel, paths, progress, run, show};
 use testbed::{out, outln};
 
 #[derive(Parser)]
@@ -181,12 +181,25 @@ enum Command {
         #[command(subcommand)]
         command: PassthroughCommand,
     },
-    /// Arrow Flight benchmarks: serve, bench, query, ... (as the guest's testbed-flight).
-    #[command(subcommand)]
-    Flight(testbed_flight::FlightCommand),
-    /// ArrowSAM pre-processing benchmark: prepare, bench-preproc (as the guest's testbed-asam).
-    #[command(subcommand)]
-    Asam(testbed_asam::AsamCommand),
+    /// Arrow Flight benchmarks: serve, bench, query, ... (runs the testbed-flight binary; `testbed flight --help` lists them).
+    #[command(disable_help_flag = true)]
+    Flight(HelperArgs),
+    /// ArrowSAM pre-processing benchmark: prepare, bench-preproc (runs the testbed-asam binary; `testbed asam --help` lists them).
+    #[command(disable_help_flag = true)]
+    Asam(HelperArgs),
+}
+
+/// A helper's command line, passed on unchanged (`--help` included) to
+/// the helper binary: `$TESTBED_FLIGHT_BIN` / `$TESTBED_ASAM_BIN`, else
+/// beside this `testbed`, else on PATH.
+#[derive(clap::Args)]
+struct HelperArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Subcommand)]
@@ -356,7 +369,7 @@ fn main() -> ExitCode {
         }
     };
     // The helpers' commands keep their own signal handling (flight serve
-    // stops on SIGINT/SIGTERM; asam stops on SIGINT as its binary does).
+    // stops on SIGINT/SIGTERM; asam stops on SIGINT): they exec the binary.
     if !matches!(cli.command, Command::Flight(_) | Command::Asam(_)) {
         install_interrupt_handler();
     }
@@ -473,14 +486,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Passthrough {
             command: PassthroughCommand::Restore { pci, force },
         } => passthrough_restore(pci.as_deref(), force),
-        Command::Flight(command) => {
-            testbed_flight::run_command(command)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Asam(command) => {
-            testbed_asam::run_command(command)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        // Replaces this process; returns only when the helper cannot run.
+        Command::Flight(h) => Err(guestbin::exec_on_host(guestbin::FLIGHT, &h.args).into()),
+        Command::Asam(h) => Err(guestbin::exec_on_host(guestbin::ASAM, &h.args).into()),
     }
 }
 

@@ -271,3 +271,50 @@ fn binary_serves_and_benches_with_json_lines() {
         "{err}"
     );
 }
+
+/// The `--long` options a clap help text lists, in order: option lines are
+/// indented less than their descriptions.
+fn options(help: &str) -> Vec<String> {
+    help.lines()
+        .filter(|l| l.len() - l.trim_start().len() < 8)
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = match l.strip_prefix('-') {
+                Some(r) if !r.starts_with('-') => r.split_once(", ")?.1,
+                _ => l,
+            };
+            l.starts_with("--").then(|| {
+                l.split([' ', '=', '<', '['])
+                    .next()
+                    .unwrap_or(l)
+                    .to_string()
+            })
+        })
+        .collect()
+}
+
+/// The binary's `serve --help` (what `testbed flight serve --help` runs)
+/// has the options of the library's clap definition (moved here from
+/// orchestrator/tests/one_cli.rs when the CLI stopped linking this crate).
+#[test]
+fn binary_serve_help_has_the_options_of_the_library_definition() {
+    use clap::Subcommand;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_testbed-flight"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ours = options(&String::from_utf8(out.stdout).unwrap());
+    for o in ["--addr", "--tls-dir", "--runtime-threads", "--help"] {
+        assert!(ours.iter().any(|x| x == o), "no {o} in {ours:?}");
+    }
+    let mut lib = testbed_flight::FlightCommand::augment_subcommands(clap::Command::new(env!(
+        "CARGO_PKG_NAME"
+    )));
+    let serve = lib
+        .find_subcommand_mut("serve")
+        .expect("serve subcommand")
+        .render_help()
+        .to_string();
+    assert_eq!(ours, options(&serve));
+}

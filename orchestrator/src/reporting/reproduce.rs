@@ -341,6 +341,68 @@ mod tests {
         assert!(e.contains("families") && e.contains("flight"), "{e}");
     }
 
+    /// orchestrator/guest-build.txt's families are the figure families,
+    /// each listing exactly the helpers that the specs feeding its figures
+    /// run (quick and full): `./x reproduce FAMILY` builds those alone.
+    #[test]
+    fn each_family_builds_exactly_the_helpers_its_specs_run() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let figures_dir = root.join("experiments/figures");
+        let defs = def::load_all(&figures_dir).unwrap();
+        let build = crate::guestbin::build_spec();
+        let families: BTreeSet<&str> = defs.values().map(|d| d.family.as_str()).collect();
+        let listed: BTreeSet<&str> = build.families.keys().map(String::as_str).collect();
+        assert_eq!(families, listed, "figure families against guest-build.txt");
+        let host = crate::plan::HostLimits {
+            mem_total: None,
+            figures_dir: figures_dir.clone(),
+            cpus: None,
+        };
+        let mut specs = 0;
+        for family in families {
+            let figures = target_figures(Some(family), &defs).unwrap();
+            let mut needed = BTreeSet::new();
+            for quick in [true, false] {
+                let opts = Options {
+                    target: None,
+                    quick,
+                    experiments: root.join("experiments"),
+                    definitions: figures_dir.clone(),
+                    results: root.join("results"),
+                    accel: None,
+                };
+                for (path, name) in select_specs(&opts, &figures, &defs) {
+                    name.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    let loaded = crate::spec::load(&path).unwrap();
+                    let plan = crate::plan::plan_on(&loaded, &host)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    let server = loaded.server_workload.iter().map(|w| w.needs());
+                    for needs in plan.points.iter().map(|p| p.workload.needs()).chain(server) {
+                        needed.extend(needs.helpers.iter().map(|h| h.package));
+                    }
+                    specs += 1;
+                }
+            }
+            let table: BTreeSet<&str> = build
+                .family(family)
+                .unwrap_or_default()
+                .iter()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(
+                table, needed,
+                "family {family}: guest-build.txt against its specs"
+            );
+            for p in table {
+                assert!(
+                    build.helpers.iter().chain(&build.dynamic).any(|h| h == p),
+                    "family {family}: {p} is no helper or dynamic line"
+                );
+            }
+        }
+        assert!(specs > 40, "only {specs} specs seen");
+    }
+
     #[test]
     fn the_latest_run_of_the_same_spec_is_found_with_its_status() {
         let t = tempfile::tempdir().unwrap();

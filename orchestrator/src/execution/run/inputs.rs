@@ -130,20 +130,25 @@ fn guest_binaries(
     progress: &mut dyn Progress,
 ) -> Result<(PathBuf, Helpers), RunError> {
     let mut stage = |s: &str| progress.event(Event::Stage(s.to_string()));
-    let agent =
-        guestbin::ensure(repo, guestbin::AGENT, &mut stage).map_err(setup("guest agent"))?;
-    m.inputs.files.insert("agent".into(), file_input(&agent));
     let wanted: std::collections::BTreeSet<guestbin::Helper> = plan
         .points
         .iter()
         .flat_map(|p| p.workload.needs().helpers)
         .collect();
+    // One build: the agent and only the helpers these points run.
+    let all: Vec<guestbin::Helper> = std::iter::once(guestbin::AGENT).chain(wanted).collect();
+    let names: Vec<&str> = all.iter().map(|h| h.binary).collect();
+    let mut files = guestbin::ensure_all(repo, &all, &mut stage)
+        .map_err(setup(&format!("guest binaries ({})", names.join(", "))))?
+        .into_iter();
+    let agent = files
+        .next()
+        .ok_or_else(|| RunError::Setup("internal: no guest agent built".into()))?;
+    m.inputs.files.insert("agent".into(), file_input(&agent));
     let mut helpers = Vec::new();
-    for helper in wanted {
-        let f = guestbin::ensure(repo, helper, &mut stage)
-            .map_err(setup(&format!("{} binary", helper.binary)))?;
+    for (helper, f) in all[1..].iter().zip(files) {
         m.inputs.files.insert(helper.binary.into(), file_input(&f));
-        helpers.push((helper, f));
+        helpers.push((*helper, f));
     }
     Ok((agent, helpers))
 }
