@@ -133,14 +133,19 @@ impl LoadedSpec {
 
 /// Reads and type-checks a spec file. Sweep points are checked by `plan`.
 pub fn load(path: &Path) -> Result<LoadedSpec, SpecError> {
-    let source = std::fs::read_to_string(path).map_err(|e| SpecError {
+    let source = std::fs::read_to_string(path).map_err(|e| unreadable(path, &e))?;
+    parse(path, &source)
+}
+
+/// The error of a spec file that could not be read at all.
+fn unreadable(path: &Path, e: &std::io::Error) -> SpecError {
+    SpecError {
         file: path.to_path_buf(),
         line: None,
         column: None,
         field: None,
         message: format!("cannot read spec: {e}"),
-    })?;
-    parse(path, &source)
+    }
 }
 
 pub fn parse(path: &Path, source: &str) -> Result<LoadedSpec, SpecError> {
@@ -160,15 +165,7 @@ pub const MAX_ERRORS: usize = 20;
 /// error it finds rather than the first: each section's (`[vm]`, each
 /// `[[devices]]` entry, `[workload]`, …) first error, in file order.
 pub fn load_all(path: &Path) -> Result<LoadedSpec, Vec<SpecError>> {
-    let source = std::fs::read_to_string(path).map_err(|e| {
-        vec![SpecError {
-            file: path.to_path_buf(),
-            line: None,
-            column: None,
-            field: None,
-            message: format!("cannot read spec: {e}"),
-        }]
-    })?;
+    let source = std::fs::read_to_string(path).map_err(|e| vec![unreadable(path, &e)])?;
     parse_all(path, &source)
 }
 
