@@ -15,7 +15,7 @@
 //! `testbed::spec`): moving a module to another layer moves its file, not
 //! every path that uses it.
 //!
-//! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools, procfs, cgroup, stdout
+//! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools, procfs, cgroup, kernel_limits, stdout
 //! - machine: qemu, hostinfo, noise, hostcost, calibrate
 //! - inputs: kernel, image, guestbin, ebpf, caches
 //! - planning: spec, plan
@@ -38,8 +38,8 @@ mod reporting;
 pub use drawing::{analysis, figures};
 pub use execution::{devices, executor, run, slurm};
 pub use host::{
-    cgroup, failures, fsutil, hosttools, interrupt, lock, paths, phases, procfs, progress, random,
-    stdout, units, wait,
+    cgroup, failures, fsutil, hosttools, interrupt, kernel_limits, lock, paths, phases, procfs,
+    progress, random, stdout, units, wait,
 };
 pub use inputs::{caches, ebpf, guestbin, image, kernel};
 pub use machine::{calibrate, hostcost, hostinfo, noise, qemu};

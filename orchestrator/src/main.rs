@@ -1006,12 +1006,19 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
     let summary = summary?;
     for o in &summary.outcomes {
         match (&o.run, &o.error) {
+            // The run's own wall time (when it ran, if reused): what a
+            // spec costs of the runs phase's budget.
             (Some(r), _) => outln!(
-                "{:<48} {} ({:?}, {} figures)",
+                "{:<48} {} ({:?}, {} figures, {})",
                 o.spec,
                 r.figures.run.dir.display(),
                 r.figures.run.manifest.status,
-                r.figures.figures.len()
+                r.figures.figures.len(),
+                r.figures
+                    .run
+                    .manifest
+                    .wall_s
+                    .map_or_else(|| "wall time not recorded".into(), |s| format!("{s:.0} s")),
             ),
             (None, e) => outln!("{:<48} NOT RUN: {}", o.spec, e.as_deref().unwrap_or("?")),
         }

@@ -92,6 +92,21 @@ pub fn current() -> &'static Containment {
     })
 }
 
+/// `<pid>-<start ticks>` of this process: the name its cgroups live under
+/// in every hierarchy (`sweep` tells a dead owner's by it).
+pub fn owner_name() -> String {
+    let pid = std::process::id();
+    format!("{pid}-{}", procfs::start_ticks(pid).unwrap_or(0))
+}
+
+/// Whether the owner a directory is named after (`<pid>-<start ticks>`)
+/// is this process or still running.
+pub fn owner_alive(name: &str) -> bool {
+    name.split_once('-')
+        .and_then(|(p, t)| Some((p.parse::<u32>().ok()?, t.parse::<u64>().ok()?)))
+        .is_none_or(|(pid, ticks)| pid == std::process::id() || procfs::alive(pid, ticks))
+}
+
 /// The cgroup hierarchies mounted here: (kind, mount point).
 pub fn mounts(mountinfo: &str) -> Vec<(Kind, PathBuf)> {
     let mut found = Vec::new();
@@ -222,6 +237,12 @@ impl Cgroup {
         &self.dir
     }
 
+    /// The directory when it is a cgroup v2 one (where controllers such as
+    /// memory may be enabled: `kernel_limits`).
+    pub fn v2_dir(&self) -> Option<&Path> {
+        (self.kind == Kind::V2).then_some(self.dir.as_path())
+    }
+
     /// Makes `cmd`'s process join this cgroup before it runs anything, so
     /// every process it starts is born inside.
     pub fn join_before_exec(&self, cmd: &mut Command) -> std::io::Result<()> {
@@ -259,11 +280,24 @@ impl Cgroup {
         kill(self.kind, &self.dir)
     }
 
-    /// Kills what is left and removes the cgroup.
+    /// Kills what is left and removes the cgroup, its CPU time kept in
+    /// `cpu_usec`'s count of removed cgroups first.
     pub fn remove(&self) {
         self.kill();
+        // Under LIVE's lock, which `cpu_usec` reads under: the group is
+        // counted once, live or removed, never both or neither.
+        let mut live = LIVE.lock().ok();
+        if self.kind == Kind::V2
+            && let Some((user, system)) = std::fs::read_to_string(self.dir.join("cpu.stat"))
+                .ok()
+                .and_then(|t| parse_cpu_stat(&t))
+            && let Ok(mut removed) = REMOVED_USEC.lock()
+        {
+            removed.0 += user;
+            removed.1 += system;
+        }
         let _ = std::fs::remove_dir(&self.dir);
-        if let Ok(mut live) = LIVE.lock() {
+        if let Some(live) = live.as_mut() {
             live.retain(|(_, d)| d != &self.dir);
         }
     }
@@ -338,17 +372,25 @@ pub fn live_members() -> Vec<u32> {
     live.iter().flat_map(|(_, dir)| members(dir)).collect()
 }
 
+/// CPU time (user, system; µs) the cgroups this process removed had used:
+/// counted on, so that a difference of `cpu_usec` over a point keeps the
+/// time of a group that ended during it.
+static REMOVED_USEC: Mutex<(u64, u64)> = Mutex::new((0, 0));
+
 /// CPU time (user, system; µs) of everything that ran in this process's
-/// live cgroups, exited processes included, from cgroup v2's `cpu.stat`
-/// (present with no controller enabled); `None` when the run is not in
-/// cgroup v2 or a cgroup's file cannot be read.
+/// cgroups, live and removed, exited processes included, from cgroup v2's
+/// `cpu.stat` (present with no controller enabled); `None` when the run is
+/// not in cgroup v2 or a cgroup's file cannot be read. It only grows, so
+/// the difference over a point is what the point's processes used.
 pub fn cpu_usec() -> Option<(u64, u64)> {
     let Containment::Cgroup { kind: Kind::V2, .. } = current() else {
         return None;
     };
-    let live: Vec<(Kind, PathBuf)> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-    let mut total = (0, 0);
-    for (_, dir) in &live {
+    // Under the lock `remove` holds while it moves a group's time from
+    // live to removed.
+    let live = LIVE.lock().ok()?;
+    let mut total = *REMOVED_USEC.lock().ok()?;
+    for (_, dir) in live.iter() {
         let (user, system) = parse_cpu_stat(&std::fs::read_to_string(dir.join("cpu.stat")).ok()?)?;
         total = (total.0 + user, total.1 + system);
     }
@@ -382,6 +424,9 @@ pub fn sweep() -> Vec<String> {
     for (kind, mount) in mounts(&mountinfo) {
         said.extend(sweep_top(kind, &mount.join(TOP), std::process::id()));
     }
+    // The memory and pids cgroups of a hybrid host's v1 hierarchies, empty
+    // now that their members were killed above.
+    crate::kernel_limits::sweep(owner_alive);
     said
 }
 
@@ -612,6 +657,25 @@ mod tests {
 
     #[test]
     #[ignore = "needs a writable cgroup v2 hierarchy with cgroup.kill (root, Linux 5.14+): ./x test runs it where the host has one, else names it skipped"]
+    fn a_removed_groups_cpu_time_still_counts() {
+        let before = cpu_usec().expect("cgroup v2 containment");
+        let group = Cgroup::create().unwrap().expect("a cgroup v2 group");
+        // 0.3 s of CPU, then the group is removed before the count is read.
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-c",
+            "import time\nt = time.time()\nwhile time.time() - t < 0.3: pass",
+        ]);
+        group.join_before_exec(&mut cmd).unwrap();
+        assert!(cmd.status().unwrap().success());
+        group.remove();
+        let after = cpu_usec().unwrap();
+        let used = (after.0 + after.1).saturating_sub(before.0 + before.1);
+        assert!(used >= 200_000, "the removed group's CPU: {used} µs");
+    }
+
+    #[test]
+    #[ignore = "needs a writable cgroup v2 hierarchy with cgroup.kill (root, Linux 5.14+): ./x test runs it where the host has one, else names it skipped"]
     fn a_setsid_escapee_dies_with_its_v2_cgroup() {
         escapee_dies_with_its_cgroup(Kind::V2);
     }
@@ -664,7 +728,9 @@ mod tests {
         let live = top.join(format!("{me}-{}", procfs::start_ticks(me).unwrap()));
         let mut started = Vec::new();
         for owner in [&dead, &live] {
-            let dir = owner.join("g0");
+            // Not a `g<n>` name: `Cgroup::create` in tests beside this one
+            // makes those under the live owner.
+            let dir = owner.join("sweep-test");
             std::fs::create_dir_all(&dir).unwrap();
             let group = Cgroup { kind, dir };
             let mut cmd = Command::new("sh");

@@ -6,7 +6,8 @@
 //!
 //! CPU: under cgroup v2 containment, from the run's cgroups' `cpu.stat`
 //! (everything that ran in them, processes that exited during the point
-//! included); otherwise from /proc/PID/stat of the run's processes (their
+//! included, and cgroups removed during it: `cgroup::cpu_usec` keeps a
+//! removed group's last count); otherwise from /proc/PID/stat of the run's processes (their
 //! own time and that of the children they reaped).
 //! Memory: each run process's peak resident set (VmHWM), reset as the
 //! point starts (`/proc/PID/clear_refs`, "5") and added up as it ends: for
@@ -142,12 +143,38 @@ fn run_processes() -> Vec<Proc> {
 /// From /proc/PID/stat: (process group, utime + cutime, stime + cstime)
 /// in clock ticks.
 pub fn parse_stat(text: &str) -> Option<(u32, u64, u64)> {
+    let f = stat_fields(text)?;
+    Some((f.pgrp, f.utime + f.cutime, f.stime + f.cstime))
+}
+
+/// From /proc/PID/task/TID/stat: the thread's own (utime, stime) in clock
+/// ticks. Its cutime and cstime are the whole process's reaped children's,
+/// not the thread's: left out.
+pub fn parse_thread_stat(text: &str) -> Option<(u64, u64)> {
+    let f = stat_fields(text)?;
+    Some((f.utime, f.stime))
+}
+
+struct StatFields {
+    pgrp: u32,
+    utime: u64,
+    stime: u64,
+    cutime: u64,
+    cstime: u64,
+}
+
+fn stat_fields(text: &str) -> Option<StatFields> {
     // The command name may hold spaces and parentheses: count from the last ')'.
     let rest: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
     // rest[0] is field 3 (state): pgrp is field 5, utime..cstime 14..17.
     let field = |i: usize| -> Option<u64> { Some(rest.get(i)?.parse::<i64>().ok()?.max(0) as u64) };
-    let pgrp = rest.get(2)?.parse().ok()?;
-    Some((pgrp, field(11)? + field(13)?, field(12)? + field(14)?))
+    Some(StatFields {
+        pgrp: rest.get(2)?.parse().ok()?,
+        utime: field(11)?,
+        stime: field(12)?,
+        cutime: field(13)?,
+        cstime: field(14)?,
+    })
 }
 
 /// QEMU names its vCPU threads "CPU <n>/KVM" or "CPU <n>/TCG".
@@ -170,11 +197,10 @@ fn vcpu_usec(procs: &[Proc]) -> Option<u64> {
             if !is_vcpu_thread(&comm) {
                 continue;
             }
-            // A thread's own stat: its cutime/cstime fields are 0.
-            if let Some((_, user, system)) = std::fs::read_to_string(t.path().join("stat"))
+            if let Some((user, system)) = std::fs::read_to_string(t.path().join("stat"))
                 .ok()
                 .as_deref()
-                .and_then(parse_stat)
+                .and_then(parse_thread_stat)
             {
                 *total.get_or_insert(0) += ((user + system) as f64 * tick_us) as u64;
             }
@@ -223,6 +249,85 @@ mod tests {
                     150 30 7 3 20 0 5 0 1000 2000000 500";
         // utime 150 + cutime 7, stime 30 + cstime 3.
         assert_eq!(parse_stat(text), Some((4242, 157, 33)));
+    }
+
+    #[test]
+    fn a_threads_time_leaves_out_the_process_childrens() {
+        let text = "4243 (CPU 0/TCG) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    150 30 7 3 20 0 5 0 1000 2000000 500";
+        assert_eq!(parse_thread_stat(text), Some((150, 30)));
+    }
+
+    fn limited(memory: Option<u64>, processes: Option<u64>) -> crate::kernel_limits::Wanted {
+        use crate::kernel_limits::{Limit, Wanted};
+        Wanted {
+            memory: memory.map(|m| Limit {
+                value: m << 20,
+                named: format!("limits.memory = \"{m}M\""),
+            }),
+            processes: processes.map(|n| Limit {
+                value: n,
+                named: format!("limits.processes = {n}"),
+            }),
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a writable memory controller (cgroup v2 with memory delegated, or cgroup v1's memory hierarchy; root): ./x test runs it where the host has one, else names it skipped"]
+    fn a_group_over_its_memory_limit_is_stopped_by_the_kernel_and_says_so() {
+        use std::process::Command;
+        // 256 MiB written under a 32 MiB limit.
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", "b = b'x' * (256 << 20)\nimport time\ntime.sleep(30)"]);
+        let mut child = crate::qemu::process::GroupProcess::spawn_command_limited(
+            &mut cmd,
+            &limited(Some(32), None),
+        )
+        .unwrap();
+        let described = child.limits_described();
+        let status = child
+            .wait_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("not stopped in 20 s: {described:?}"));
+        assert!(!status.success(), "{status}");
+        let hit = child
+            .limit_hit()
+            .unwrap_or_else(|| panic!("no kernel limit acted ({status}): {described:?}"));
+        assert!(
+            hit.starts_with(
+                "over its memory limit: limits.memory = \"32M\", enforced by the kernel (cgroup v"
+            ) && hit.contains("OOM killer ended"),
+            "{hit}"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs a writable pids controller (cgroup v2 with pids delegated, or cgroup v1's pids hierarchy; root): ./x test runs it where the host has one, else names it skipped"]
+    fn a_group_over_its_process_limit_cannot_fork_past_it() {
+        use std::process::Command;
+        // 64 sleepers under a limit of 32 processes.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "for i in $(seq 64); do sleep 30 & done; wait"]);
+        let mut child = crate::qemu::process::GroupProcess::spawn_command_limited(
+            &mut cmd,
+            &limited(None, Some(32)),
+        )
+        .unwrap();
+        let described = child.limits_described();
+        let hit = crate::wait::poll(
+            crate::wait::Until::after(std::time::Duration::from_secs(20)),
+            std::time::Duration::from_millis(50),
+            || child.limit_hit(),
+        );
+        child.kill();
+        let crate::wait::Waited::Done(hit) = hit else {
+            panic!("no fork refused in 20 s: {described:?}");
+        };
+        assert!(
+            hit.starts_with(
+                "over its process limit: limits.processes = 32, enforced by the kernel (cgroup v"
+            ) && hit.contains("refused"),
+            "{hit}"
+        );
     }
 
     #[test]

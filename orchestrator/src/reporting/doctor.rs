@@ -112,6 +112,30 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
             Some("testbed kernel fetch debian-cloud"),
         )),
     }
+    for pin in kernel::pinned_packages(&paths::kernel_configs(), &cache) {
+        let what = format!("pin {} {}", pin.package, pin.version);
+        let used_by = format!("pinned by {}", pin.descriptors.join(", "));
+        out.push(match (&pin.served, &pin.local_copy) {
+            (Ok(true), _) => f(Level::Ok, &what, format!("served by apt; {used_by}"), None),
+            (_, Some(copy)) => f(
+                Level::Ok,
+                &what,
+                format!("not served by apt here, but a copy is in {copy}; {used_by}"),
+                None,
+            ),
+            (served, None) => f(
+                Level::Warn,
+                &what,
+                match served {
+                    Err(why) => format!("apt could not tell whether it is served ({why}); {used_by}"),
+                    Ok(_) => format!(
+                        "no longer served by apt and not cached: those kernels cannot be built here; {used_by}"
+                    ),
+                },
+                Some("set TESTBED_KERNEL_SOURCE_<PACKAGE> to a copy of its .deb (checked against the pin), or move the pin to a served version"),
+            ),
+        });
+    }
     let mut probe_result = None;
     if dev.is_ok()
         && probe

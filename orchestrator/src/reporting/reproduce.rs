@@ -303,6 +303,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
         "runs": outcomes.iter().map(|o| serde_json::json!({
             "spec": o.spec,
             "run": o.run.as_ref().map(|r| r.href.clone()),
+            "wall_s": o.run.as_ref().and_then(|r| r.figures.run.manifest.wall_s),
             "error": o.error,
         })).collect::<Vec<_>>(),
         "claims": claims.iter().map(|j| serde_json::json!({

@@ -44,7 +44,9 @@ impl Executor for HostExecutor {
         let started = Instant::now();
         // Its own process group, dying with us, killed as a group when this
         // boot ends by any path (the guard's drop): helpers it started go too.
-        let mut child = GroupProcess::spawn_command(
+        // Memory and processes limited by the kernel for the whole boot:
+        // a point over them is ended at once, not at the next poll.
+        let mut child = GroupProcess::spawn_command_limited(
             Command::new(&self.agent)
                 .arg("--stdio")
                 .env("TESTBED_NONCE", &nonce)
@@ -58,6 +60,7 @@ impl Executor for HostExecutor {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
+            &self.limits.for_the_kernel(),
         )
         .map_err(|source| BootError::AgentSpawn {
             path: self.agent.clone(),
@@ -74,8 +77,12 @@ impl Executor for HostExecutor {
         let mut session = Session {
             channel,
             is_dead: Box::new(|| {
-                let status = child_cell.borrow_mut().try_wait()?;
-                Some(format!("agent process exited ({status})"))
+                let mut child = child_cell.borrow_mut();
+                let status = child.try_wait()?;
+                Some(match child.limit_hit() {
+                    Some(hit) => format!("{hit}; agent process exited ({status})"),
+                    None => format!("agent process exited ({status})"),
+                })
             }),
             heartbeat_timeout: self.timeouts.heartbeat.0,
             spill_dir: self.spill_dir.clone(),

@@ -11,6 +11,7 @@ use testbed_agent::protocol::{DeviceRef, Hello};
 
 use super::session::{Fatal, PointRun, PointsEnded, Session};
 use super::{Boot, BootError, BootRecord, Executor, PointOutcome};
+use crate::kernel_limits::Wanted;
 use crate::progress::Event;
 use crate::qemu::argv::{Nic, VmConfig, build_argv, kernel_append};
 use crate::qemu::channel::Channel;
@@ -110,6 +111,7 @@ pub fn boot_vm(
     label: &str,
     timeouts: &Timeouts,
     pin: &PinSetting,
+    limits: &Wanted,
 ) -> Result<BootedVm, BootError> {
     let nonce = random_hex(8);
     let mut config = base.clone();
@@ -125,7 +127,8 @@ pub fn boot_vm(
     let console = config.console_log.clone();
     let qemu_log = run_dir.join(format!("qemu{label}.log"));
     let started = Instant::now();
-    let mut vm = VmProcess::spawn(&argv, &qemu_log).map_err(BootError::QemuSpawn)?;
+    let mut vm =
+        VmProcess::spawn_limited(&argv, &qemu_log, limits).map_err(BootError::QemuSpawn)?;
     let socket = config.agent_socket.clone();
     let connected = Channel::connect_vm(&socket, &mut vm, timeouts.boot.0);
     // QEMU is up once its agent socket is: pinned before the guest has
@@ -160,9 +163,12 @@ pub fn boot_vm(
                     console_digest(&console_for_dead, 5)
                 ));
             }
-            let status = vm_for_dead.borrow_mut().try_wait()?;
+            let mut vm = vm_for_dead.borrow_mut();
+            let status = vm.try_wait()?;
+            // Named first: the kernel's limit is why, the rest is what it did.
+            let hit = vm.limit_hit().map(|h| format!("{h}; ")).unwrap_or_default();
             Some(format!(
-                "QEMU exited ({status})\nlast console lines:\n{}\nQEMU said:\n{}",
+                "{hit}QEMU exited ({status})\nlast console lines:\n{}\nQEMU said:\n{}",
                 console_digest(&console_for_dead, 15),
                 tail_lines(&qemu_log, 5)
             ))
@@ -252,6 +258,7 @@ impl QemuExecutor {
         role: &str,
         accel: String,
         pin: &PinSetting,
+        limits: &Wanted,
         events: &mut dyn FnMut(Event),
     ) -> Result<BootedVm, BootError> {
         events(Event::BootStarted { index, accel });
@@ -262,6 +269,7 @@ impl QemuExecutor {
             &label(index, role),
             &self.timeouts,
             pin,
+            limits,
         )?;
         events(Event::BootReady {
             index,
@@ -304,6 +312,8 @@ impl QemuExecutor {
             "server",
             accel,
             &PinSetting::Off,
+            // A service for the whole boot: the points' limits are not its.
+            &Wanted::default(),
             events,
         )?;
         let job_id = (u64::from(index) << 32) | 0xFFFF_FFFF;
@@ -381,8 +391,16 @@ impl Executor for QemuExecutor {
         let role = if server.is_some() { "client" } else { "" };
         let accel = config.accel.to_string();
         let pin = self.pin.clone();
-        let mut vm =
-            self.boot_announced(boot.index, &config, &extra, role, accel, &pin, boot.events)?;
+        let mut vm = self.boot_announced(
+            boot.index,
+            &config,
+            &extra,
+            role,
+            accel,
+            &pin,
+            &self.limits.for_the_kernel(),
+            boot.events,
+        )?;
         let mut record = Self::record(boot.index, &vm);
         record.server_argv = server.as_ref().map(|s| s.argv.clone());
         let run = PointRun {

@@ -42,6 +42,44 @@ pub fn local_source(package: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// Whether apt's index still serves `package` at exactly `version`
+/// (`apt-cache madison`, which reads the local index: no download); `Err`
+/// says why it could not tell.
+pub fn served(package: &str, version: &str) -> Result<bool, String> {
+    let out = Command::new("apt-cache")
+        .args(["madison", package])
+        .output()
+        .map_err(|e| format!("apt-cache: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    Ok(madison_lists(
+        &String::from_utf8_lossy(&out.stdout),
+        version,
+    ))
+}
+
+/// Whether `apt-cache madison`'s lines (`pkg | version | source`) list
+/// `version`.
+fn madison_lists(text: &str, version: &str) -> bool {
+    text.lines()
+        .filter_map(|l| l.split('|').nth(1))
+        .any(|v| v.trim() == version)
+}
+
+/// Where a pinned package's copy already is, without apt: the user's file
+/// (`TESTBED_KERNEL_SOURCE_<PACKAGE>`) or the download cache.
+pub fn local_copy(cache_root: &Path, package: &str, version: &str) -> Option<String> {
+    if let Some(p) = local_source(package) {
+        return Some(format!("{}={}", local_source_var(package), p.display()));
+    }
+    let file_name = format!("{package}_{version}.deb").replace(':', "%3a");
+    let cached = downloads_dir(cache_root).join(file_name);
+    cached
+        .is_file()
+        .then(|| format!("the download cache ({})", cached.display()))
+}
+
 /// Whether a supplied file is a .deb (else a source tarball).
 pub fn is_deb(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "deb")
@@ -203,6 +241,16 @@ fn download_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn madison_lines_are_read_by_their_version_column() {
+        let text = "linux-source-6.1 | 6.1.192-3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n\
+                    linux-source-6.1 | 6.1.158-1 | http://deb.debian.org/debian-security bookworm-security/main amd64 Packages\n";
+        assert!(madison_lists(text, "6.1.192-3"));
+        assert!(madison_lists(text, "6.1.158-1"));
+        assert!(!madison_lists(text, "6.1.192"));
+        assert!(!madison_lists("", "6.1.192-3"));
+    }
     use sha2::{Digest, Sha256};
     use std::sync::mpsc;
     use std::time::Duration;

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use cache::default_cache_root;
 pub use error::KernelError;
 
-use descriptor::Kind;
+use descriptor::{Kind, Source, SourceBuild};
 
 /// A resolved, cached kernel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +165,53 @@ pub fn lookup_cached(
 /// Names of all kernel descriptors in `configs_dir`, sorted.
 pub fn list_descriptors(configs_dir: &Path) -> Result<Vec<String>, KernelError> {
     descriptor::list(configs_dir)
+}
+
+/// A Debian package some descriptors pin, and whether it can still be had.
+#[derive(Debug, Clone)]
+pub struct PinnedPackage {
+    pub package: String,
+    pub version: String,
+    /// The descriptors that pin it.
+    pub descriptors: Vec<String>,
+    /// Whether apt's index serves that exact version (`Err`: could not tell).
+    pub served: Result<bool, String>,
+    /// A copy that needs no apt: the user's file or the download cache.
+    pub local_copy: Option<String>,
+}
+
+/// The Debian packages (binary kernels, source tarballs) the descriptors
+/// in `configs_dir` pin, each once, with where it can come from: a pinned
+/// version the archive no longer serves fails a fresh machine's build.
+pub fn pinned_packages(configs_dir: &Path, cache_root: &Path) -> Vec<PinnedPackage> {
+    let mut out: Vec<PinnedPackage> = Vec::new();
+    for name in descriptor::list(configs_dir).unwrap_or_default() {
+        let Ok(desc) = descriptor::load(configs_dir, &name) else {
+            continue;
+        };
+        let (package, version) = match &desc.kind {
+            Kind::DebianBinary(p) => (p.name.clone(), p.version.clone()),
+            Kind::SourceBuild(SourceBuild {
+                source: Source::Package(p),
+                ..
+            }) => (p.package.clone(), p.version.clone()),
+            Kind::SourceBuild(_) => continue,
+        };
+        match out
+            .iter_mut()
+            .find(|p| p.package == package && p.version == version)
+        {
+            Some(p) => p.descriptors.push(name),
+            None => out.push(PinnedPackage {
+                served: apt::served(&package, &version),
+                local_copy: apt::local_copy(cache_root, &package, &version),
+                package,
+                version,
+                descriptors: vec![name],
+            }),
+        }
+    }
+    out
 }
 
 /// Every kernel in the cache, sorted by name then key.

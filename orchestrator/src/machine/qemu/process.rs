@@ -11,11 +11,13 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use testbed_agent::text::printable_lines;
 
 use crate::cgroup::Cgroup;
+use crate::kernel_limits::{Enforced, Wanted};
 use crate::procfs::start_ticks;
 use crate::wait::{Until, Waited, poll};
 
@@ -39,6 +41,8 @@ pub struct GroupProcess {
     exited: Option<ExitStatus>,
     /// None under process-group containment.
     cgroup: Option<Cgroup>,
+    /// The limits the kernel enforces on the group (none asked: empty).
+    limits: Enforced,
 }
 
 /// QEMU is a group process like any other.
@@ -47,6 +51,15 @@ pub type VmProcess = GroupProcess;
 impl GroupProcess {
     /// Starts QEMU with stdout and stderr going to `log`.
     pub fn spawn(argv: &[String], log: &Path) -> std::io::Result<GroupProcess> {
+        Self::spawn_limited(argv, log, &Wanted::default())
+    }
+
+    /// `spawn` with limits the kernel enforces on QEMU and all it starts.
+    pub fn spawn_limited(
+        argv: &[String],
+        log: &Path,
+        limits: &Wanted,
+    ) -> std::io::Result<GroupProcess> {
         let out = std::fs::File::create(log)
             .map_err(|e| std::io::Error::new(e.kind(), format!("create {}: {e}", log.display())))?;
         let err = out.try_clone()?;
@@ -55,18 +68,47 @@ impl GroupProcess {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        Self::spawn_command(&mut cmd)
+        Self::spawn_command_limited(&mut cmd, limits)
             .map_err(|e| std::io::Error::new(e.kind(), format!("start {}: {e}", argv[0])))
     }
 
     /// Starts `cmd` as the leader of a new process group, in a cgroup of
     /// its own, that dies with this process.
     pub fn spawn_command(cmd: &mut Command) -> std::io::Result<GroupProcess> {
+        Self::spawn_command_limited(cmd, &Wanted::default())
+    }
+
+    /// `spawn_command` with limits the kernel enforces on the group
+    /// (`crate::kernel_limits`), set up before the process starts.
+    pub fn spawn_command_limited(
+        cmd: &mut Command,
+        wanted: &Wanted,
+    ) -> std::io::Result<GroupProcess> {
         cmd.process_group(0);
         let cgroup = Cgroup::create()?;
         if let Some(c) = &cgroup {
             c.join_before_exec(cmd)?;
         }
+        let limits = if wanted.any() {
+            let group = cgroup.as_ref().and_then(|c| {
+                c.dir()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            });
+            let group = group.unwrap_or_else(|| {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                format!("p{}", NEXT.fetch_add(1, Ordering::Relaxed))
+            });
+            Enforced::set_up(
+                wanted,
+                cgroup.as_ref().and_then(|c| c.v2_dir()),
+                &crate::cgroup::owner_name(),
+                &group,
+            )
+        } else {
+            Enforced::default()
+        };
+        limits.join_before_exec(cmd)?;
         // SAFETY: prctl and getppid are async-signal-safe; this runs in the
         // child between fork and exec and touches no memory of the parent.
         unsafe {
@@ -87,6 +129,7 @@ impl GroupProcess {
                 if let Some(c) = &cgroup {
                     c.remove();
                 }
+                limits.remove();
                 return Err(e);
             }
         };
@@ -104,7 +147,19 @@ impl GroupProcess {
             pid,
             exited: None,
             cgroup,
+            limits,
         })
+    }
+
+    /// The kernel limit that acted on the group, if one did: what ended a
+    /// point whose process died (`Enforced::hit`).
+    pub fn limit_hit(&self) -> Option<String> {
+        self.limits.hit()
+    }
+
+    /// Where each kernel limit is enforced, or why it is not.
+    pub fn limits_described(&self) -> Vec<String> {
+        self.limits.describe()
     }
 
     pub fn child_mut(&mut self) -> &mut Child {
@@ -172,6 +227,7 @@ impl Drop for GroupProcess {
         if let Some(c) = &self.cgroup {
             c.remove();
         }
+        self.limits.remove();
     }
 }
 

@@ -1,7 +1,9 @@
-//! `[limits]`: what one point may cost the host (machine/hostcost.rs).
-//! A point over a limit fails alone, the limit named; the VM or host agent
-//! it ran in is killed with everything it started, and the next point runs
-//! in a new boot.
+//! `[limits]`: what one point may cost the host. Memory and processes are
+//! enforced by the kernel where it can (host/kernel_limits.rs: cgroup
+//! memory and pids controllers, else `RLIMIT_AS`), and memory and CPU time
+//! are polled (machine/hostcost.rs). A point over a limit fails alone, the
+//! limit named; the VM or host agent it ran in is killed with everything
+//! it started, and the next point runs in a new boot.
 
 use super::*;
 
@@ -16,11 +18,35 @@ pub struct Limits {
     /// CPU time, user and system, of the run's processes over one point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_time: Option<Span>,
+    /// Processes and threads the run's processes may have at once (QEMU's
+    /// threads count too), e.g. 512: a fork bomb stops at it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
 }
 
 impl Limits {
+    /// Whether any limit is polled (`exceeded`); `processes` is the
+    /// kernel's alone.
     pub fn any(&self) -> bool {
         self.memory.is_some() || self.cpu_time.is_some()
+    }
+
+    /// The limits the kernel can enforce (memory, processes), for the
+    /// group the run's processes start in. CPU time over a point has no
+    /// kernel limit that fits (`RLIMIT_CPU` is per process, `cpu.max` a
+    /// rate): it stays polled.
+    pub fn for_the_kernel(&self) -> crate::kernel_limits::Wanted {
+        use crate::kernel_limits::Limit;
+        crate::kernel_limits::Wanted {
+            memory: self.memory.map(|m| Limit {
+                value: m.bytes(),
+                named: format!("limits.memory = \"{m}\""),
+            }),
+            processes: self.processes.map(|n| Limit {
+                value: u64::from(n),
+                named: format!("limits.processes = {n}"),
+            }),
+        }
     }
 
     /// The limit `cost` is over, named as the spec writes it; `None`

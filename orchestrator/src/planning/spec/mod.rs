@@ -289,8 +289,9 @@ pub fn set_executor(loaded: &mut LoadedSpec, executor: ExecutorKind) -> Result<(
 
 /// The checks of each section once the whole spec type-checks, in order.
 type SectionCheck = fn(&LoadedSpec) -> Result<(), SpecError>;
-const SECTION_CHECKS: [SectionCheck; 7] = [
+const SECTION_CHECKS: [SectionCheck; 8] = [
     check_experiment,
+    check_limits,
     check_vm,
     check_devices,
     check_image_name,
@@ -302,6 +303,22 @@ const SECTION_CHECKS: [SectionCheck; 7] = [
 fn check_sections(loaded: &LoadedSpec) -> Result<(), SpecError> {
     SECTION_CHECKS.iter().try_for_each(|check| check(loaded))
 }
+
+/// `[limits]`: a process limit the run's own processes fit under.
+fn check_limits(loaded: &LoadedSpec) -> Result<(), SpecError> {
+    match loaded.spec.limits.processes {
+        Some(n) if n < MIN_PROCESSES => Err(loaded.error_at(
+            "limits",
+            Some("processes"),
+            format!("{n} is too few: QEMU or the agent alone needs more; at least {MIN_PROCESSES}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The fewest processes and threads `[limits] processes` may allow: QEMU
+/// runs a dozen threads before the guest does anything.
+const MIN_PROCESSES: u32 = 32;
 
 /// `[sweep]`: every axis has values, and the workload kind stays fixed.
 fn check_sweep(loaded: &LoadedSpec) -> Result<(), SpecError> {
