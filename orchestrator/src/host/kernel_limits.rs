@@ -3,8 +3,8 @@
 //! controller's hard limit and `[limits] processes` the pids controller's:
 //! on cgroup v2 where the controller is delegated to the testbed's
 //! cgroups, else in cgroup v1's own hierarchy for that controller (a hybrid
-//! host mounts them there, and an empty v2), else — memory only —
-//! `RLIMIT_AS` on the started process. The kernel ends a point over such a
+//! host mounts them there, and an empty v2), else — memory only, and not
+//! for QEMU — `RLIMIT_AS` on the started process. The kernel ends a point over such a
 //! limit at once (its OOM killer, a refused fork); polling (`hostcost`)
 //! would see it half a second later, after the host's memory was taken.
 //! `hit` reads the controller's event counters afterwards, so the point's
@@ -38,6 +38,11 @@ pub struct Wanted {
     pub memory: Option<Limit>,
     /// Processes and threads alive at once.
     pub processes: Option<Limit>,
+    /// Whether memory may fall back to `RLIMIT_AS` where no memory
+    /// controller is writable: not for QEMU, whose reserved address space
+    /// (TCG's translation buffer, guest RAM mapped whole) is far above
+    /// what it uses.
+    pub address_space_fallback: bool,
 }
 
 impl Wanted {
@@ -116,8 +121,10 @@ impl Enforced {
                         Err(e) => {
                             tried.push(e);
                             match controller {
-                                Controller::Memory => How::RlimitAs,
-                                Controller::Pids => How::NotEnforced(tried.join("; ")),
+                                Controller::Memory if wanted.address_space_fallback => {
+                                    How::RlimitAs
+                                }
+                                _ => How::NotEnforced(tried.join("; ")),
                             }
                         }
                     }

@@ -269,6 +269,7 @@ mod tests {
                 value: n,
                 named: format!("limits.processes = {n}"),
             }),
+            address_space_fallback: true,
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use testbed_agent::protocol::DeviceRef;
 
 use super::session::{Fatal, PointRun, PointsEnded, Session};
-use super::{Boot, BootError, BootRecord, Executor};
+use super::{Boot, BootError, BootRecord, Executor, PointOutcome};
 use crate::progress::Event;
 use crate::qemu::channel::Channel;
 use crate::qemu::process::GroupProcess;
@@ -60,7 +60,7 @@ impl Executor for HostExecutor {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
-            &self.limits.for_the_kernel(),
+            &self.limits.for_the_kernel(true),
         )
         .map_err(|source| BootError::AgentSpawn {
             path: self.agent.clone(),
@@ -117,10 +117,35 @@ impl Executor for HostExecutor {
             limits: &self.limits,
             peer: None,
         };
-        let points_ended =
-            session.run_points(&run, &mut record, boot.on_point, boot.events, |fatal| {
-                fatal.to_string()
-            })?;
+        // A point the agent failed by itself (a fork the process limit
+        // refused) names the kernel limit that acted during it, once.
+        let on_point = boot.on_point;
+        let mut named = None;
+        let mut on_point_named = |point: &crate::plan::Point, outcome: PointOutcome| {
+            let outcome = match outcome {
+                PointOutcome::Failed { error } => {
+                    let hit = child_cell.borrow().limit_hit();
+                    PointOutcome::Failed {
+                        error: match hit {
+                            Some(h) if named.as_ref() != Some(&h) && !error.contains(&h) => {
+                                named = Some(h.clone());
+                                format!("{error} ({h})")
+                            }
+                            _ => error,
+                        },
+                    }
+                }
+                done => done,
+            };
+            on_point(point, outcome)
+        };
+        let points_ended = session.run_points(
+            &run,
+            &mut record,
+            &mut on_point_named,
+            boot.events,
+            |fatal| fatal.to_string(),
+        )?;
         if points_ended == PointsEnded::Completed {
             record.ended = match session.shutdown(Duration::from_secs(10)) {
                 Ok(()) => "shutdown".into(),

@@ -398,7 +398,7 @@ impl Executor for QemuExecutor {
             role,
             accel,
             &pin,
-            &self.limits.for_the_kernel(),
+            &self.limits.for_the_kernel(false),
             boot.events,
         )?;
         let mut record = Self::record(boot.index, &vm);

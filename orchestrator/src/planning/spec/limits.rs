@@ -32,10 +32,12 @@ impl Limits {
     }
 
     /// The limits the kernel can enforce (memory, processes), for the
-    /// group the run's processes start in. CPU time over a point has no
+    /// group the run's processes start in; `address_space_fallback` for a
+    /// host agent (`RLIMIT_AS` where no memory controller is writable),
+    /// not for QEMU. CPU time over a point has no
     /// kernel limit that fits (`RLIMIT_CPU` is per process, `cpu.max` a
     /// rate): it stays polled.
-    pub fn for_the_kernel(&self) -> crate::kernel_limits::Wanted {
+    pub fn for_the_kernel(&self, address_space_fallback: bool) -> crate::kernel_limits::Wanted {
         use crate::kernel_limits::Limit;
         crate::kernel_limits::Wanted {
             memory: self.memory.map(|m| Limit {
@@ -46,6 +48,7 @@ impl Limits {
                 value: u64::from(n),
                 named: format!("limits.processes = {n}"),
             }),
+            address_space_fallback,
         }
     }
 
