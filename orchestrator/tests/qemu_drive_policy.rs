@@ -60,6 +60,7 @@ fn qemu_accepts_the_drive_error_policy_of_every_backend() {
             },
         ],
         nics: vec![],
+        clock: Default::default(),
     };
     let argv = build_argv(&config);
     // Only the storage: the controllers and drives, in order.

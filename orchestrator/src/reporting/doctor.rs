@@ -299,6 +299,7 @@ fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::Pr
         qmp_socket: None,
         devices: vec![],
         nics: vec![],
+        clock: Default::default(),
     };
     crate::run::probe_boot(&config, accel::probe_timeout())
 }

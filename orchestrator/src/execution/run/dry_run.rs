@@ -133,7 +133,15 @@ pub(super) fn report(
         let _ = writeln!(out, "executor {executor:?}: no QEMU command line");
         return Ok(out);
     }
-    let requested = opts.accel.unwrap_or(spec.vm.accel);
+    let mut requested = opts.accel.unwrap_or(spec.vm.accel);
+    if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+        // As a run: icount is TCG's (a spec asking for KVM was refused).
+        let _ = writeln!(
+            out,
+            "clock: instructions (QEMU icount: the guest's times count instructions, not latency)"
+        );
+        requested = AccelChoice::Tcg;
+    }
     let accel = if requested == AccelChoice::Tcg {
         let decision = AccelDecision {
             requested,
@@ -204,6 +212,7 @@ pub(super) fn report(
         qmp_socket: Some(PathBuf::from("<private-dir>/qmp.sock")),
         devices: qemu_devices,
         nics: Vec::new(),
+        clock: spec.vm.clock,
     };
     let _ = writeln!(out, "QEMU command line (not started):");
     out.push_str(&render_argv(&build_argv(&config)));

@@ -70,7 +70,11 @@ pub(super) fn prepare(
             )?;
             m.inputs.kernel = inputs.kernel;
             m.inputs.files.extend(inputs.files);
-            m.timing_note = decision.timing_note().to_string();
+            m.timing_note = if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+                "TCG with an instruction clock (QEMU icount, shift=0, sleep off): the guest's clock advances 1 ns per instruction, so its times are instruction counts (deterministic work), not latency".into()
+            } else {
+                decision.timing_note().to_string()
+            };
             progress.event(Event::Stage(format!(
                 "accelerator: {} ({})",
                 decision.used,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::inputs::file_input;
 use super::{RunError, RunOptions, setup};
 use crate::progress::{Event, Progress};
-use crate::qemu::accel::{self, AccelDecision};
+use crate::qemu::accel::{self, AccelChoice, AccelDecision};
 use crate::qemu::argv::{Accel, VmConfig};
 use crate::results::manifest::{Inputs, KernelInput};
 use crate::spec::LoadedSpec;
@@ -336,8 +336,20 @@ pub(super) fn prepare_vm(
         qmp_socket: None,
         devices: qemu_devices,
         nics: Vec::new(),
+        clock: spec.vm.clock,
     };
-    let requested = opts.accel.unwrap_or(spec.vm.accel);
+    let mut requested = opts.accel.unwrap_or(spec.vm.accel);
+    if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+        // icount is TCG's: no KVM probe, and no KVM when asked for.
+        requested = match requested {
+            AccelChoice::Kvm => {
+                return Err(RunError::Setup(
+                    "[vm] clock = \"instructions\" needs TCG (QEMU's icount), and --accel kvm asks for KVM: drop --accel kvm".into(),
+                ));
+            }
+            _ => AccelChoice::Tcg,
+        };
+    }
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let probe_config = config.clone();
     let mut probe = || {

@@ -21,6 +21,25 @@ impl std::fmt::Display for Accel {
     }
 }
 
+/// What the guest's clock counts. `Instructions`: QEMU's icount with
+/// `shift=0`, sleep and align off — the guest's clock advances one
+/// nanosecond per instruction it executes, in one TCG thread, so every
+/// time the guest reads is an instruction count, the same on every run of
+/// the same work (issue 51). Only under TCG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    #[default]
+    Wall,
+    Instructions,
+}
+
+impl Clock {
+    pub fn is_wall(&self) -> bool {
+        *self == Clock::Wall
+    }
+}
+
 /// A storage device as QEMU sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum QemuDevice {
@@ -82,6 +101,8 @@ pub struct VmConfig {
     pub qmp_socket: Option<PathBuf>,
     pub devices: Vec<QemuDevice>,
     pub nics: Vec<Nic>,
+    /// The guest's clock (TCG only: instructions).
+    pub clock: Clock,
 }
 
 /// QEMU escapes a comma inside an option value by doubling it.
@@ -100,6 +121,13 @@ pub fn build_argv(c: &VmConfig) -> Vec<String> {
         // QEMU 7.2's TCG advertises with max features it mis-executes (the
         // JVM's JIT code died with SIGILL in Picard in the guest, with or
         // without AVX); Nehalem (SSE4.2, POPCNT) runs everything we ship.
+        Accel::Tcg if c.clock == Clock::Instructions => {
+            // icount needs single-threaded TCG; sleep=off: an idle guest's
+            // clock jumps to its next timer at once instead of waiting for
+            // the host's; align=off: no pacing against the host's clock.
+            push(&["-accel", "tcg,thread=single", "-cpu", "Nehalem"]);
+            push(&["-icount", "shift=0,sleep=off,align=off"]);
+        }
         Accel::Tcg => push(&["-accel", "tcg,thread=multi", "-cpu", "Nehalem"]),
     }
     let smp = c.vcpus.to_string();
@@ -270,6 +298,7 @@ mod tests {
             qmp_socket: None,
             devices: vec![],
             nics: vec![],
+            clock: Default::default(),
         }
     }
 
@@ -316,6 +345,28 @@ mod tests {
         for d in drives {
             assert!(d.ends_with(",werror=report,rerror=report"), "{d}");
         }
+    }
+
+    #[test]
+    fn an_instruction_clock_is_single_threaded_tcg_with_icount() {
+        let mut c = base();
+        c.vcpus = 1;
+        c.clock = Clock::Instructions;
+        let joined = build_argv(&c).join(" ");
+        assert!(
+            joined.contains(
+                "-accel tcg,thread=single -cpu Nehalem -icount shift=0,sleep=off,align=off -smp 1"
+            ),
+            "{joined}"
+        );
+        assert!(!joined.contains("thread=multi"), "{joined}");
+        // The wall clock keeps multi-threaded TCG and no icount.
+        c.clock = Clock::Wall;
+        let joined = build_argv(&c).join(" ");
+        assert!(
+            joined.contains("tcg,thread=multi") && !joined.contains("-icount"),
+            "{joined}"
+        );
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub struct VmSection {
     /// QEMU's threads on host CPUs: "off", "auto" or a list (qemu::pin).
     #[serde(default, skip_serializing_if = "is_off")]
     pub pin: crate::qemu::pin::PinSetting,
+    /// "wall" (the default) or "instructions": the guest's clock counts
+    /// instructions (QEMU icount, TCG only, one vCPU), so the times it
+    /// reads are work, the same on every run, not latency.
+    #[serde(default, skip_serializing_if = "crate::qemu::argv::Clock::is_wall")]
+    pub clock: crate::qemu::argv::Clock,
 }
 
 fn is_off(p: &crate::qemu::pin::PinSetting) -> bool {
@@ -68,6 +73,7 @@ impl Default for VmSection {
             boot: BootPolicy::PerRun,
             cmdline: Vec::new(),
             pin: Default::default(),
+            clock: Default::default(),
         }
     }
 }
@@ -77,6 +83,25 @@ pub(super) fn check_vm(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let spec = &loaded.spec;
     if spec.vm.vcpus == 0 || spec.vm.vcpus > 64 {
         return Err(loaded.error_at("vm", Some("vcpus"), "must be between 1 and 64"));
+    }
+    if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+        if spec.vm.accel == AccelChoice::Kvm {
+            return Err(loaded.error_at(
+                "vm",
+                Some("clock"),
+                "\"instructions\" is QEMU's icount, which only TCG has: not with accel = \"kvm\" (leave accel out or give \"tcg\")",
+            ));
+        }
+        if spec.vm.vcpus != 1 {
+            return Err(loaded.error_at(
+                "vm",
+                Some("clock"),
+                format!(
+                    "\"instructions\" runs the guest in one TCG thread, and with {} vCPUs the 6.1 guest hangs bringing up the second (\"smp: Bringing up secondary CPUs\"): give vcpus = 1",
+                    spec.vm.vcpus
+                ),
+            ));
+        }
     }
     if spec.vm.memory.bytes() < 128 << 20 {
         return Err(loaded.error_at(

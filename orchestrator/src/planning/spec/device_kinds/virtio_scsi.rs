@@ -93,6 +93,7 @@ mod tests {
             qmp_socket: None,
             devices: vec![q],
             nics: vec![],
+            clock: Default::default(),
         };
         let argv = build_argv(&c).join(" ");
         assert!(
