@@ -285,8 +285,8 @@ fn genomics_regions_move_between_two_vms_and_every_pipeline_agrees() {
     let m = run_quick_spec_with("flight/flight-genomics-quick.toml", &out, &[]);
     assert_eq!(m["executor"], "qemu");
     let points = m["points"].as_array().unwrap();
-    // regions = [1, 8]
-    assert_eq!(points.len(), 2, "{points:?}");
+    // regions = [8]
+    assert_eq!(points.len(), 1, "{points:?}");
     let mut records = Vec::new();
     for p in points {
         assert_eq!(p["ok"], true, "{p}");
