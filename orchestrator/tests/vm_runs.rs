@@ -841,7 +841,7 @@ fn flight_between_two_vms_on_a_socket_link() {
     let _g = serial();
     let t = tempfile::tempdir().unwrap();
     // Both directions (the quick spec measures DoGet alone), one stream.
-    let text = std::fs::read_to_string("../experiments/flight/flight-bulk-remote-quick.toml")
+    let pair = std::fs::read_to_string("../experiments/flight/flight-bulk-remote-quick.toml")
         .unwrap()
         .replace(
             "operation = [\"get\"]\nstreams = [1]",
@@ -849,10 +849,10 @@ fn flight_between_two_vms_on_a_socket_link() {
         )
         .replace("records_per_stream = 200980", "records_per_stream = 100000");
     assert!(
-        text.contains("operation = [\"get\", \"put\"]") && text.contains("= 100000"),
-        "the quick spec changed: {text}"
+        pair.contains("operation = [\"get\", \"put\"]") && pair.contains("= 100000"),
+        "the quick spec changed: {pair}"
     );
-    let spec = write_spec(t.path(), "pair.toml", &text);
+    let spec = write_spec(t.path(), "pair.toml", &pair);
     let out = t.path().join("run");
     let o = run_spec(&spec, &out, &[]);
     assert!(o.status.success(), "{}", text(&o));
