@@ -271,11 +271,12 @@ fn synthetic_chains_issue_exactly_depth_reads_per_lookup() {
 }
 
 #[test]
+#[ignore = "needs fio (./x setup installs it; ./x test runs this)"]
 fn compare_with_fio_reports_the_ratio() {
-    if crate::workload::fio::fio_binary().is_none() {
-        eprintln!("fio not installed; skipping");
-        return;
-    }
+    assert!(
+        crate::workload::fio::fio_binary().is_some(),
+        "fio is not installed: ./x setup"
+    );
     let f = fixture();
     let p = ", \"depth\": 1, \"compare_with_fio\": true, \"fio_ios\": 400, \"threads\": 2";
     let s = run_ok(&f, params(p));
@@ -300,11 +301,12 @@ fn compare_with_fio_reports_the_ratio() {
 }
 
 #[test]
+#[ignore = "needs fio (./x setup installs it; ./x test runs this)"]
 fn pinned_threads_and_a_lean_fio_peer() {
-    if crate::workload::fio::fio_binary().is_none() {
-        eprintln!("fio not installed; skipping");
-        return;
-    }
+    assert!(
+        crate::workload::fio::fio_binary().is_some(),
+        "fio is not installed: ./x setup"
+    );
     let f = fixture();
     let p = ", \"depth\": 1, \"compare_with_fio\": true, \"fio_ios\": 200, \"threads\": 2, \
              \"pin_threads\": true, \"fio_gtod_reduce\": true, \"fio_ioengine\": \"pvsync2\"";
