@@ -246,25 +246,11 @@ impl Cgroup {
     /// Makes `cmd`'s process join this cgroup before it runs anything, so
     /// every process it starts is born inside.
     pub fn join_before_exec(&self, cmd: &mut Command) -> std::io::Result<()> {
-        let procs = CString::new(self.dir.join("cgroup.procs").as_os_str().as_bytes())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        // SAFETY: open, write and close are async-signal-safe; the closure
-        // only reads `procs`, made before the fork.
+        let procs = procs_file(&self.dir)?;
+        // SAFETY: `join_in_child` is async-signal-safe; the closure only
+        // reads `procs`, made before the fork.
         unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0": the writing process itself.
-                let wrote = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = std::io::Error::last_os_error();
-                libc::close(fd);
-                if wrote != 1 {
-                    return Err(err);
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || join_in_child(&procs));
         }
         Ok(())
     }
@@ -301,6 +287,33 @@ impl Cgroup {
             live.retain(|(_, d)| d != &self.dir);
         }
     }
+}
+
+/// `<dir>/cgroup.procs` as a C string, made before a fork for
+/// `join_in_child`.
+pub fn procs_file(dir: &Path) -> std::io::Result<CString> {
+    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
+/// Moves the calling process into the cgroup whose `cgroup.procs` this is.
+/// Between fork and exec: open, write and close only (async-signal-safe).
+pub fn join_in_child(procs: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: plain open/write/close on a path made before the fork.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // "0": the writing process itself.
+        let wrote = libc::write(fd, b"0".as_ptr().cast(), 1);
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if wrote != 1 {
+            return Err(err);
+        }
+    }
+    Ok(())
 }
 
 fn members(dir: &Path) -> Vec<u32> {

@@ -11,7 +11,6 @@
 //! record names the limit that ended it.
 
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -145,9 +144,8 @@ impl Enforced {
         let procs: Vec<CString> = self
             .made
             .iter()
-            .map(|d| CString::new(d.join("cgroup.procs").as_os_str().as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            .map(|d| crate::cgroup::procs_file(d))
+            .collect::<Result<_, _>>()?;
         let address_space = self
             .applied
             .iter()
@@ -158,16 +156,7 @@ impl Enforced {
         unsafe {
             cmd.pre_exec(move || {
                 for p in &procs {
-                    let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let wrote = libc::write(fd, b"0".as_ptr().cast(), 1);
-                    let err = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    if wrote != 1 {
-                        return Err(err);
-                    }
+                    crate::cgroup::join_in_child(p)?;
                 }
                 if let Some(bytes) = address_space {
                     let lim = libc::rlimit {
