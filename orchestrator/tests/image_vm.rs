@@ -239,7 +239,7 @@ fn the_query_comparison_runs_against_postgresql_and_datafusion_inside_the_guest(
     let m = run_quick_spec_with(
         "flight/flight-query-vm-quick.toml",
         &dir.path().join("run"),
-        &[("\nrepetitions = 3\n", "\nrepetitions = 1\n")],
+        &[("\nrepetitions = 2\n", "\nrepetitions = 1\n")],
     );
     assert_eq!(m["executor"], "qemu");
     let points = m["points"].as_array().unwrap();
