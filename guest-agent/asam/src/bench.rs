@@ -73,7 +73,7 @@ use crate::tools::{BAMSORMADUP, PICARD, SAMBAMBA, SAMBLASTER, SAMTOOLS, Streams,
 use crate::{AsamError, Result};
 
 /// The lines `bench-preproc` prints (types shared with the agent).
-pub use testbed_lines::asam::{
+pub use testbed_vocab::asam::{
     Agreement, BenchLine, GatePassed, STAGES, StageResult, SummaryLine, TOOLS, Verification,
 };
 

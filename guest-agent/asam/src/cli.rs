@@ -7,44 +7,28 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+use testbed_vocab::request::{
+    self,
+    asam::{AsamRequest, BenchPreprocRequest, PrepareRequest, WorkflowRequest},
+};
+
 use crate::bench::{BenchOptions, bench};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum AsamCommand {
     /// Make (or find cached) a data set (generated, or the user's files
     /// for the `paper` size), aligned by bwa; prints its JSON.
-    Prepare(Box<crate::data::args::PrepareArgs>),
+    Prepare(Box<PrepareRequest>),
     /// Time sort and duplicate marking per tool; one JSON line per stage.
-    BenchPreproc {
-        #[arg(long)]
-        sam: PathBuf,
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "picard,sambamba,samtools,arrowsam"
-        )]
-        tools: Vec<String>,
-        /// Where every tool writes its sorted, duplicate-marked BAM
-        /// (`<tool>.md.bam`), its intermediate and temporary files, and the
-        /// gates their reference BAMs: one place for all tools.
-        #[arg(long, alias = "workdir")]
-        out_dir: PathBuf,
-        /// Where the ArrowSAM store's private directory (mode 0700) is
-        /// made; default /dev/shm.
-        #[arg(long)]
-        store_dir: Option<PathBuf>,
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// ArrowSAM cuts a batch at this many rows (a chromosome spans
-        /// several batches); string columns are also cut below 1 GiB.
-        #[arg(long, default_value_t = 1 << 20)]
-        max_batch_rows: usize,
-        /// JSON lines (the only output format; accepted for symmetry with testbed-flight).
-        #[arg(long)]
-        json: bool,
-    },
+    BenchPreproc(BenchPreprocRequest),
     /// The variant-calling workflow in one data placement; JSON lines.
-    Workflow(crate::workflow::cli::WorkflowArgs),
+    Workflow(WorkflowRequest),
+    /// One of the commands above, as the JSON request the agent writes
+    /// (`{"command": "prepare", "dir": …}`, the flags' names with `_`).
+    Request {
+        /// The request's file; `-` reads stdin.
+        file: PathBuf,
+    },
     /// One stage process of the ArrowSAM placement (run by `workflow`).
     #[command(subcommand)]
     Stage(crate::workflow::stages::StageCommand),
@@ -54,18 +38,30 @@ pub enum AsamCommand {
 
 /// Runs one subcommand to completion.
 pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
-    let lines = match cmd {
-        AsamCommand::Workflow(args) => crate::workflow::cli::run_args(&args)
+    let request = match cmd {
+        AsamCommand::Prepare(r) => AsamRequest::Prepare(r),
+        AsamCommand::BenchPreproc(r) => AsamRequest::BenchPreproc(r),
+        AsamCommand::Workflow(r) => AsamRequest::Workflow(r),
+        AsamCommand::Request { file } => {
+            request::read(&file).map_err(|e| anyhow::anyhow!("testbed-asam request: {e}"))?
+        }
+        AsamCommand::Extra(c) => return crate::cli_extra::run_extra(c),
+        AsamCommand::Stage(stage) => return Ok(crate::workflow::stages::run(stage)?),
+    };
+    run_request(request)
+}
+
+/// Runs one request to completion, its lines on stdout.
+pub fn run_request(request: AsamRequest) -> anyhow::Result<()> {
+    // What the run was asked, recorded in bench-preproc's summary.
+    let asked = serde_json::to_string(&request)?;
+    let lines = match request {
+        AsamRequest::Workflow(args) => crate::workflow::cli::run_args(&args)
             .with_context(|| format!("workflow on {}", args.prepared.display()))?
             .iter()
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()?,
-        AsamCommand::Extra(c) => return crate::cli_extra::run_extra(c),
-        AsamCommand::Stage(stage) => {
-            crate::workflow::stages::run(stage)?;
-            Vec::new()
-        }
-        AsamCommand::Prepare(args) => {
+        AsamRequest::Prepare(args) => {
             let prepared = crate::data::args::run(&args)
                 .with_context(|| format!("prepare data set in {}", args.dir.display()))?;
             // The build's times, for a person watching (stdout is the JSON).
@@ -80,7 +76,7 @@ pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
             );
             vec![serde_json::to_string(&prepared)?]
         }
-        AsamCommand::BenchPreproc {
+        AsamRequest::BenchPreproc(BenchPreprocRequest {
             sam,
             tools,
             out_dir,
@@ -88,7 +84,7 @@ pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
             threads,
             max_batch_rows,
             json: _,
-        } => {
+        }) => {
             let store_dir = store_dir.unwrap_or_else(crate::store::default_dir);
             let o = BenchOptions {
                 sam,
@@ -100,7 +96,7 @@ pub fn run_command(cmd: AsamCommand) -> anyhow::Result<()> {
                     max_rows: max_batch_rows,
                     ..Default::default()
                 },
-                command_line: std::env::args().collect::<Vec<_>>().join(" "),
+                command_line: asked,
             };
             let report =
                 bench(&o).with_context(|| format!("bench-preproc on {}", o.sam.display()))?;
@@ -147,7 +143,7 @@ mod tests {
         for name in ["aligned.arrow", "sorted.arrow", "flags.arrow", "header.sam"] {
             std::os::unix::fs::symlink(&victim, planted.join(name)).unwrap();
         }
-        let r = run_command(AsamCommand::BenchPreproc {
+        let r = run_command(AsamCommand::BenchPreproc(BenchPreprocRequest {
             sam,
             tools: vec!["arrowsam".into()],
             out_dir: dir.path().join("work"),
@@ -155,7 +151,7 @@ mod tests {
             threads: 1,
             max_batch_rows: 2,
             json: true,
-        });
+        }));
         let _ = std::fs::remove_dir_all(&planted);
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
         r.unwrap();

@@ -40,7 +40,7 @@ use noodles::sam;
 use noodles::sam::alignment::io::Write as _;
 
 use crate::AsamError;
-pub use testbed_lines::asam::{Agreement, GatePassed};
+pub use testbed_vocab::asam::{Agreement, GatePassed};
 
 /// How many differing read names an error lists.
 pub const MAX_NAMES: usize = 20;

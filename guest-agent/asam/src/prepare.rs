@@ -22,7 +22,7 @@ use crate::{AsamError, Result};
 
 /// What `prepare` made (or found cached); `prepare` prints it as its one
 /// JSON line (the type is shared with the agent).
-pub use testbed_lines::asam::{Prepared, PreparedReadGroup, VariantCounts};
+pub use testbed_vocab::asam::{Prepared, PreparedReadGroup, VariantCounts};
 
 /// The `paper` size: the user's reads and reference (and, when given,
 /// truth, known sites and targets), only checked, indexed and aligned.

@@ -10,8 +10,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use testbed_lines::asam::Prepared;
-use testbed_lines::asam_workflow::{CallsLine, DoneLine, WorkflowLine};
+use testbed_vocab::asam::Prepared;
+use testbed_vocab::asam_workflow::{CallsLine, DoneLine, WorkflowLine};
 
 const BIN: &str = env!("CARGO_BIN_EXE_testbed-asam");
 

@@ -15,7 +15,7 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(u64::from(rows) * ROW_BYTES));
         for comp in [Compression::None, Compression::Lz4, Compression::Zstd] {
             let mut enc = BatchEncoder::new(comp).expect("encoder");
-            g.bench_function(BenchmarkId::new("encode", comp.as_str()), |b| {
+            g.bench_function(BenchmarkId::new("encode", comp.name()), |b| {
                 b.iter(|| enc.encode(black_box(&batch)).expect("encode"))
             });
             let schema_msg = enc.schema(&schema());
@@ -23,7 +23,7 @@ fn bench(c: &mut Criterion) {
             for zero_copy in [true, false] {
                 let id = format!(
                     "{}-{}",
-                    comp.as_str(),
+                    comp.name(),
                     if zero_copy { "zero-copy" } else { "copy" }
                 );
                 let mut dec = BatchDecoder::new(Some(schema()), zero_copy);

@@ -68,7 +68,7 @@ impl Default for BenchConfig {
 
 /// One stream's outcome. `bytes` counts payload (32 B a row), as the paper.
 /// `bench --json` prints one per line (the line type is shared with the agent).
-pub type StreamResult = testbed_lines::flight::StreamResult<Op>;
+pub type StreamResult = testbed_vocab::flight::StreamResult<Op>;
 
 /// A bulk run: its totals (the `bench --json` summary line, whose fields
 /// read through as `r.mb_per_s` …) and every stream's result.
@@ -122,7 +122,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<BenchResult> {
     if cfg.streams == 0 {
         return Err(FlightError::Param("streams must be at least 1".into()));
     }
-    cfg.settings.validate()?;
+    crate::settings::validate(&cfg.settings)?;
     let tls = match &cfg.tls_ca {
         Some(ca) => Some(crate::tls::client_config(ca)?),
         None => None,

@@ -10,142 +10,86 @@ use anyhow::Context;
 use crate::bench::{BenchConfig, BenchResult};
 use crate::lines::{ServeReady, bench_lines};
 use crate::server::ServerConfig;
-use crate::settings::{Compression, Op, Profile, TransportSettings};
+use crate::settings::Op;
+use testbed_vocab::request::flight::{
+    BenchRequest, FlightRequest, GenCertRequest, GenomicsSendRequest, GenomicsServeRequest,
+    IngestRequest, PyServeRequest, QueryRequest, ServeRequest, ServerCpuRequest,
+};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum FlightCommand {
     /// Serve the bulk benchmark (DoGet/DoPut/DoExchange) until SIGINT/SIGTERM.
-    Serve {
-        /// IP:PORT (port 0 picks a free one) or unix:/path.
-        #[arg(long, default_value = "127.0.0.1:31337")]
-        addr: String,
-        /// Directory holding ca.pem, server.pem, server.key (from gen-cert).
-        #[arg(long)]
-        tls_dir: Option<PathBuf>,
-        #[command(flatten)]
-        settings: TransportSettings,
-        /// `defaults`: what testbed-flight ships with, whatever the flags say;
-        /// `library`: tonic's and hyper's own settings.
-        #[arg(long, value_enum, default_value = "tuned")]
-        profile: Profile,
-        /// Tokio worker threads (default: one per CPU).
-        #[arg(long)]
-        runtime_threads: Option<usize>,
-    },
+    Serve(ServeRequest),
     /// Run the bulk client against a server and print MB/s.
-    Bench(BenchArgs),
+    Bench(Box<BenchRequest>),
     /// Write a CA and a server certificate (name "localhost") for --tls runs.
-    GenCert {
-        #[arg(long)]
-        dir: PathBuf,
-    },
+    GenCert(GenCertRequest),
     /// pyarrow's Flight server with the bulk benchmark's semantics (python3
     /// or $TESTBED_PYTHON), until SIGINT/SIGTERM; first line as `serve`'s.
-    PyServe {
-        #[arg(long, default_value = "127.0.0.1:0")]
-        addr: String,
-        #[arg(long)]
-        tls_dir: Option<PathBuf>,
-    },
+    PyServe(PyServeRequest),
     /// pyarrow's Flight client on the bulk benchmark: `bench`'s flags, lines
     /// as `bench --json`.
-    PyBench(BenchArgs),
+    PyBench(Box<BenchRequest>),
     /// Query comparison: PostgreSQL via ODBC (row, block), libpq, Flight SQL.
-    Query(crate::query::QueryArgs),
+    Query(QueryRequest),
     /// Ingest: the same rows written into PostgreSQL by Flight SQL bulk
     /// ingest (ours and ADBC's), binary COPY, batched INSERT and psqlODBC
     /// array inserts; each table checked against the generator.
-    Ingest(crate::ingest::IngestArgs),
+    Ingest(IngestRequest),
     /// The query comparison's Flight SQL server on its own (a fresh
     /// PostgreSQL with the taxi table), for any Flight SQL client; prints
     /// its address as JSON and serves until stdin closes, SIGINT or SIGTERM.
     SqlServe(crate::query::serve::SqlServeArgs),
     /// The genomics receiver: DoPut of a region's ArrowSAM batches, and a
     /// BAM listener; sorts and marks duplicates per region.
-    GenomicsServe(crate::genomics::cli::ServeArgs),
+    GenomicsServe(GenomicsServeRequest),
     /// The genomics sender: a SAM file's regions moved by Flight and by BAM.
-    GenomicsSend(crate::genomics::cli::SendArgs),
+    GenomicsSend(GenomicsSendRequest),
     /// The CPU seconds a testbed-flight server (`serve`, `genomics-serve`)
     /// has used so far, asked by its `cpu` action; one JSON line
     /// `{"cpu_s": x}`.
-    ServerCpu {
-        #[arg(long)]
-        server: String,
-        /// The CA of a TLS server (gen-cert's ca.pem).
-        #[arg(long)]
-        tls_ca: Option<PathBuf>,
-        #[arg(long, default_value_t = 10.0)]
-        connect_timeout_secs: f64,
+    ServerCpu(ServerCpuRequest),
+    /// One of the commands above as the JSON request the agent writes
+    /// (`{"command": "bench", "server": …}`, the flags' names with `_`).
+    Request {
+        /// The request's file; `-` reads stdin.
+        file: PathBuf,
     },
 }
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct BenchArgs {
-    /// Server address: IP:PORT or unix:/path.
-    #[arg(long)]
-    pub server: String,
-    #[arg(long, value_enum, default_value = "get")]
-    pub op: Op,
-    /// Shorthand for --op put.
-    #[arg(long, conflicts_with = "op")]
-    pub put: bool,
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
-    /// Concurrent client workers (default: one per stream).
-    #[arg(long, default_value_t = 0)]
-    pub threads: u32,
-    #[arg(long, default_value_t = 200_980)]
-    pub records_per_stream: u64,
-    /// Records per batch (4096 for DoGet and 2048 for DoPut in the paper).
-    #[arg(long = "batch", alias = "records-per-batch", default_value_t = 4096)]
-    pub records_per_batch: u32,
-    #[arg(long, value_enum, default_value = "none")]
-    pub compression: Compression,
-    /// CA certificate (ca.pem from gen-cert); given means TLS.
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// Check row counts and checksums.
-    #[arg(long)]
-    pub verify: bool,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// One JSON line per stream, then a summary line.
-    #[arg(long)]
-    pub json: bool,
-    #[arg(long, default_value_t = 5.0)]
-    pub connect_timeout_secs: f64,
-    #[arg(long)]
-    pub runtime_threads: Option<usize>,
-    /// Keep every received batch until its stream ends (pyarrow's
-    /// `read_all`); a DoPut asks the server to do the same. Default: drop
-    /// each batch once counted, on both sides.
-    #[arg(long)]
-    pub keep_batches: bool,
-    /// `defaults`: what testbed-flight ships with, whatever the flags say;
-    /// `library`: tonic's and hyper's own settings.
-    #[arg(long, value_enum, default_value = "tuned")]
-    pub profile: Profile,
-    #[command(flatten)]
-    pub settings: TransportSettings,
+impl FlightCommand {
+    fn from_request(r: FlightRequest) -> FlightCommand {
+        match r {
+            FlightRequest::Serve(r) => FlightCommand::Serve(r),
+            FlightRequest::Bench(r) => FlightCommand::Bench(r),
+            FlightRequest::PyServe(r) => FlightCommand::PyServe(r),
+            FlightRequest::PyBench(r) => FlightCommand::PyBench(r),
+            FlightRequest::ServerCpu(r) => FlightCommand::ServerCpu(r),
+            FlightRequest::GenCert(r) => FlightCommand::GenCert(r),
+            FlightRequest::Query(r) => FlightCommand::Query(r),
+            FlightRequest::Ingest(r) => FlightCommand::Ingest(r),
+            FlightRequest::GenomicsServe(r) => FlightCommand::GenomicsServe(r),
+            FlightRequest::GenomicsSend(r) => FlightCommand::GenomicsSend(r),
+        }
+    }
 }
 
-impl BenchArgs {
-    pub fn config(&self) -> BenchConfig {
-        BenchConfig {
-            server: self.server.clone(),
-            op: if self.put { Op::Put } else { self.op },
-            streams: self.streams,
-            threads: self.threads,
-            records_per_stream: self.records_per_stream,
-            records_per_batch: self.records_per_batch,
-            compression: self.compression,
-            tls_ca: self.tls_ca.clone(),
-            verify: self.verify,
-            seed: self.seed,
-            settings: self.profile.apply(self.settings.clone()),
-            connect_timeout: Duration::from_secs_f64(self.connect_timeout_secs.max(0.001)),
-            keep_batches: self.keep_batches,
-        }
+/// The bulk client's configuration from its request.
+pub fn bench_config(a: &BenchRequest) -> BenchConfig {
+    BenchConfig {
+        server: a.server.clone(),
+        op: if a.put { Op::Put } else { a.op },
+        streams: a.streams,
+        threads: a.threads,
+        records_per_stream: a.records_per_stream,
+        records_per_batch: a.records_per_batch,
+        compression: a.compression,
+        tls_ca: a.tls_ca.clone(),
+        verify: a.verify,
+        seed: a.seed,
+        settings: a.profile.apply(a.settings.clone()),
+        connect_timeout: Duration::from_secs_f64(a.connect_timeout_secs.max(0.001)),
+        keep_batches: a.keep_batches,
     }
 }
 
@@ -187,13 +131,18 @@ pub fn named_runtime_on(
 /// Runs one subcommand to completion.
 pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
     match cmd {
-        FlightCommand::Serve {
+        FlightCommand::Request { file } => {
+            let request: FlightRequest = testbed_vocab::request::read(&file)
+                .map_err(|e| anyhow::anyhow!("testbed-flight request: {e}"))?;
+            run_command(FlightCommand::from_request(request))
+        }
+        FlightCommand::Serve(ServeRequest {
             addr,
             tls_dir,
             settings,
             profile,
             runtime_threads,
-        } => {
+        }) => {
             let settings = profile.apply(settings);
             crate::settings::tune_malloc(&settings);
             let cfg = ServerConfig {
@@ -204,25 +153,21 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
             runtime(runtime_threads)?.block_on(serve(cfg))
         }
         FlightCommand::Bench(args) => {
-            let cfg = args.config();
+            let cfg = bench_config(&args);
             crate::settings::tune_malloc(&cfg.settings);
             let r = runtime(args.runtime_threads)?
                 .block_on(crate::bench::run(&cfg))
                 .with_context(|| {
-                    format!(
-                        "Flight {} benchmark against {}",
-                        cfg.op.as_str(),
-                        cfg.server
-                    )
+                    format!("Flight {} benchmark against {}", cfg.op.name(), cfg.server)
                 })?;
             print_bench(&r, args.json)
         }
-        FlightCommand::GenCert { dir } => {
+        FlightCommand::GenCert(GenCertRequest { dir }) => {
             let f = crate::tls::generate(&dir)?;
             println!("{}", f.ca_cert.display());
             Ok(())
         }
-        FlightCommand::PyServe { addr, tls_dir } => {
+        FlightCommand::PyServe(PyServeRequest { addr, tls_dir }) => {
             crate::pyarrow::serve_cli(&addr, tls_dir.as_deref())
         }
         FlightCommand::PyBench(args) => crate::pyarrow::bench_cli(&args),
@@ -231,11 +176,11 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
         FlightCommand::SqlServe(args) => crate::query::serve::run_cli(&args),
         FlightCommand::GenomicsServe(args) => crate::genomics::cli::serve(args),
         FlightCommand::GenomicsSend(args) => crate::genomics::cli::send(args),
-        FlightCommand::ServerCpu {
+        FlightCommand::ServerCpu(ServerCpuRequest {
             server,
             tls_ca,
             connect_timeout_secs,
-        } => {
+        }) => {
             let timeout = std::time::Duration::from_secs_f64(connect_timeout_secs.max(0.001));
             let cpu_s = crate::cli::runtime(Some(1))?.block_on(crate::cpu::ask(
                 &server.parse()?,
@@ -310,7 +255,7 @@ fn print_bench(r: &BenchResult, json: bool) -> anyhow::Result<()> {
         r.threads,
         r.records_per_stream,
         r.records_per_batch,
-        r.compression.as_str(),
+        r.compression.name(),
         r.tls,
         r.transport,
         r.mb_per_s,

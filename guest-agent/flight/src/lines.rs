@@ -1,6 +1,6 @@
 //! The JSON lines testbed-flight prints on stdout for a parent process (the
 //! agent's `flight-bulk` / `flight-query` workloads). The line types live in
-//! the `testbed-lines` crate, which the agent reads them with; here they
+//! the `testbed-vocab` crate, which the agent reads them with; here they
 //! are instantiated with this crate's own field types.
 //!
 //! - `serve`: one [`ServeReady`] line once it listens.
@@ -13,14 +13,14 @@ use crate::settings::{Compression, Op, TransportSettings};
 
 pub use crate::bench::StreamResult;
 pub use crate::query::Measurement as QueryLine;
-pub use testbed_lines::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
+pub use testbed_vocab::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
 
 /// `serve`'s first stdout line.
-pub type ServeReady = testbed_lines::flight::ServeReady<TransportSettings>;
+pub type ServeReady = testbed_vocab::flight::ServeReady<TransportSettings>;
 /// One line of `bench --json`.
-pub type BenchLine = testbed_lines::flight::BenchLine<Op, Compression, TransportSettings>;
+pub type BenchLine = testbed_vocab::flight::BenchLine<Op, Compression, TransportSettings>;
 /// The summary line of `bench --json`.
-pub type BenchSummary = testbed_lines::flight::BenchSummary<Op, Compression, TransportSettings>;
+pub type BenchSummary = testbed_vocab::flight::BenchSummary<Op, Compression, TransportSettings>;
 
 /// The lines of one bulk run: every stream in order, then the summary.
 pub fn bench_lines(r: &BenchResult) -> Vec<BenchLine> {
@@ -113,7 +113,7 @@ mod tests {
             let back: BenchLine = serde_json::from_str(&text).unwrap();
             assert_eq!(&back, l);
             // What the agent reads (the default type parameters).
-            let agent: testbed_lines::flight::BenchLine = serde_json::from_str(&text).unwrap();
+            let agent: testbed_vocab::flight::BenchLine = serde_json::from_str(&text).unwrap();
             assert_eq!(&serde_json::to_value(&agent).unwrap(), v);
         }
     }
@@ -126,7 +126,7 @@ mod tests {
             settings: TransportSettings::default(),
         };
         let text = serde_json::to_string(&line).unwrap();
-        let agent: testbed_lines::flight::ServeReady = serde_json::from_str(&text).unwrap();
+        let agent: testbed_vocab::flight::ServeReady = serde_json::from_str(&text).unwrap();
         assert_eq!(agent.listening, "127.0.0.1:5");
         assert_eq!(agent.settings["tcp_nodelay"], true);
     }
@@ -152,7 +152,7 @@ mod tests {
             server_cpu_s: None,
         };
         let text = serde_json::to_string(&m).unwrap();
-        let agent: testbed_lines::flight::QueryLine = serde_json::from_str(&text).unwrap();
+        let agent: testbed_vocab::flight::QueryLine = serde_json::from_str(&text).unwrap();
         assert_eq!(agent.client, "flight-sql-parquet");
         assert_eq!(agent.checksum["ints"], u64::MAX);
         assert_eq!(agent.checksum, serde_json::to_value(m.checksum).unwrap());
@@ -187,7 +187,7 @@ mod tests {
         for c in ColumnSet::ALL {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name());
             assert_eq!(
-                clap::ValueEnum::to_possible_value(&c).unwrap().get_name(),
+                clap::ValueEnum::to_possible_value(c).unwrap().get_name(),
                 c.name()
             );
         }

@@ -7,16 +7,8 @@ use testbed_proc::affinity;
 
 use crate::error::{FlightError, Result};
 
-#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
-pub struct CpuPins {
-    /// Host CPUs of the clients ("1", "0,2-3"); with --server-cpus, never
-    /// one CPU in both. Default: unpinned.
-    #[arg(long)]
-    pub client_cpus: Option<String>,
-    /// Host CPUs of the servers (our Flight SQL and pgwire runtime, PostgreSQL).
-    #[arg(long)]
-    pub server_cpus: Option<String>,
-}
+/// The two flags (the vocabulary's: the agent fills them in).
+pub use testbed_vocab::request::flight::CpuPins;
 
 /// The two lists, parsed and checked against the CPUs this process may use.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,41 +17,41 @@ pub struct Pinned {
     pub server: Vec<usize>,
 }
 
-impl CpuPins {
-    pub fn pinned(&self) -> Result<Option<Pinned>> {
-        let (c, s) = match (&self.client_cpus, &self.server_cpus) {
-            (None, None) => return Ok(None),
-            (Some(c), Some(s)) => (c, s),
-            _ => {
-                return Err(FlightError::Param(
-                    "--client-cpus and --server-cpus go together".into(),
-                ));
-            }
-        };
-        let list = |flag: &str, s: &str| {
-            let cpus =
-                affinity::parse_list(s).map_err(|e| FlightError::Param(format!("{flag}: {e}")))?;
-            let allowed =
-                affinity::this_thread_cpus().map_err(|e| FlightError::Other(e.to_string()))?;
-            match cpus.iter().find(|c| !allowed.contains(c)) {
-                Some(cpu) => Err(FlightError::Param(format!(
-                    "{flag}: CPU {cpu} is not one this process may run on (allowed: {})",
-                    affinity::format_list(&allowed)
-                ))),
-                None => Ok(cpus),
-            }
-        };
-        let p = Pinned {
-            client: list("--client-cpus", c)?,
-            server: list("--server-cpus", s)?,
-        };
-        if let Some(cpu) = p.client.iter().find(|c| p.server.contains(c)) {
-            return Err(FlightError::Param(format!(
-                "CPU {cpu} is in --client-cpus and --server-cpus"
-            )));
+/// The two lists of `pins`, checked: both or neither, each CPU one this
+/// process may use, none in both.
+pub fn pinned(pins: &CpuPins) -> Result<Option<Pinned>> {
+    let (c, s) = match (&pins.client_cpus, &pins.server_cpus) {
+        (None, None) => return Ok(None),
+        (Some(c), Some(s)) => (c, s),
+        _ => {
+            return Err(FlightError::Param(
+                "--client-cpus and --server-cpus go together".into(),
+            ));
         }
-        Ok(Some(p))
+    };
+    let list = |flag: &str, s: &str| {
+        let cpus =
+            affinity::parse_list(s).map_err(|e| FlightError::Param(format!("{flag}: {e}")))?;
+        let allowed =
+            affinity::this_thread_cpus().map_err(|e| FlightError::Other(e.to_string()))?;
+        match cpus.iter().find(|c| !allowed.contains(c)) {
+            Some(cpu) => Err(FlightError::Param(format!(
+                "{flag}: CPU {cpu} is not one this process may run on (allowed: {})",
+                affinity::format_list(&allowed)
+            ))),
+            None => Ok(cpus),
+        }
+    };
+    let p = Pinned {
+        client: list("--client-cpus", c)?,
+        server: list("--server-cpus", s)?,
+    };
+    if let Some(cpu) = p.client.iter().find(|c| p.server.contains(c)) {
+        return Err(FlightError::Param(format!(
+            "CPU {cpu} is in --client-cpus and --server-cpus"
+        )));
     }
+    Ok(Some(p))
 }
 
 /// Puts the calling thread (and so every process it starts) on the
@@ -108,19 +100,18 @@ mod tests {
 
     #[test]
     fn both_or_neither_disjoint_and_allowed() {
-        assert_eq!(pins(None, None).pinned().unwrap(), None);
-        assert!(pins(Some("0"), None).pinned().is_err());
-        let e = pins(Some("0"), Some("0")).pinned().unwrap_err().to_string();
+        assert_eq!(pinned(&pins(None, None)).unwrap(), None);
+        assert!(pinned(&pins(Some("0"), None)).is_err());
+        let e = pinned(&pins(Some("0"), Some("0"))).unwrap_err().to_string();
         assert!(e.contains("CPU 0"), "{e}");
-        let e = pins(Some("0"), Some("1023"))
-            .pinned()
+        let e = pinned(&pins(Some("0"), Some("1023")))
             .unwrap_err()
             .to_string();
         assert!(e.contains("--server-cpus: CPU 1023"), "{e}");
         let cpus = affinity::this_thread_cpus().unwrap();
         if cpus.len() >= 2 {
             let (c, s) = (cpus[0].to_string(), cpus[1].to_string());
-            let p = pins(Some(&c), Some(&s)).pinned().unwrap().unwrap();
+            let p = pinned(&pins(Some(&c), Some(&s))).unwrap().unwrap();
             assert_eq!((p.client, p.server), (vec![cpus[0]], vec![cpus[1]]));
         }
     }

@@ -188,7 +188,7 @@ pub fn serve_cli(addr: &str, tls_dir: Option<&Path>) -> anyhow::Result<()> {
 /// Runs `python pyarrow_client.py` with `bench`'s arguments (what pyarrow
 /// can take: not --threads, one per stream, nor single transport flags,
 /// only --profile); its JSON lines go to our stdout.
-pub fn bench_cli(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
+pub fn bench_cli(a: &testbed_vocab::request::flight::BenchRequest) -> anyhow::Result<()> {
     use crate::settings::{Op, TransportSettings};
     let op = match if a.put { Op::Put } else { a.op } {
         Op::Get => "get",
@@ -212,9 +212,9 @@ pub fn bench_cli(a: &crate::cli::BenchArgs) -> anyhow::Result<()> {
     cmd.args(["--streams", &a.streams.to_string()]);
     cmd.args(["--records-per-stream", &a.records_per_stream.to_string()]);
     cmd.args(["--batch", &a.records_per_batch.to_string()]);
-    cmd.args(["--compression", a.compression.as_str()]);
+    cmd.args(["--compression", a.compression.name()]);
     cmd.args(["--seed", &a.seed.to_string()]);
-    cmd.args(["--profile", a.profile.as_str()]);
+    cmd.args(["--profile", a.profile.name()]);
     if let Some(ca) = &a.tls_ca {
         cmd.arg("--tls-ca").arg(ca);
     }

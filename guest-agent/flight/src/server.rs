@@ -338,7 +338,7 @@ where
     S::Response: axum::response::IntoResponse,
     S::Future: Send + 'static,
 {
-    cfg.settings.validate()?;
+    crate::settings::validate(&cfg.settings)?;
     let tls = match &cfg.tls_dir {
         Some(dir) => Some(crate::tls::server_config(&TlsFiles::in_dir(dir))?),
         None => None,

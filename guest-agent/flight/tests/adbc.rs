@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int32Type;
-use testbed_flight::query::columns::ColumnSet;
+use testbed_flight::query::columns::{ColumnSet, ColumnSetExt};
 use testbed_flight::query::taxi;
 
 const ROWS: u64 = 60_000;

@@ -5,7 +5,7 @@
 //! with the generator. Needs what tests/query.rs and tests/adbc.rs need
 //! (`common::odbc_binary` builds testbed-odbc when no build has left one).
 
-use testbed_flight::ingest::{self, IngestArgs, IngestClient};
+use testbed_flight::ingest::{self, IngestClient, IngestRequest};
 use testbed_flight::query::columns::ColumnSet;
 
 mod common;
@@ -25,7 +25,7 @@ fn all_clients() -> Vec<IngestClient> {
 #[test]
 fn every_client_leaves_the_generated_table() {
     for columns in [ColumnSet::Taxi, ColumnSet::StringsLong] {
-        let args = IngestArgs {
+        let args = IngestRequest {
             rows: vec![2100],
             columns,
             clients: all_clients(),

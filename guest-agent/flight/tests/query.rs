@@ -4,8 +4,8 @@
 //! unixodbc-dev`; the ODBC clients run `testbed-odbc`, which
 //! `common::odbc_binary` builds when no build has left one.
 
-use testbed_flight::query::columns::ColumnSet;
-use testbed_flight::query::{self, QueryArgs, QueryClient};
+use testbed_flight::query::columns::{ColumnSet, ColumnSetExt};
+use testbed_flight::query::{self, QueryClient, QueryRequest};
 
 mod common;
 
@@ -29,7 +29,7 @@ fn clients() -> Vec<QueryClient> {
 #[test]
 fn every_client_fetches_the_same_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let args = QueryArgs {
+    let args = QueryRequest {
         rows: vec![1, 3000, 70_000],
         table_rows: Some(70_000),
         columns: ColumnSet::Taxi,
@@ -66,7 +66,7 @@ fn every_client_fetches_every_column_set_alike() {
         ColumnSet::StringsShort,
         ColumnSet::StringsLong,
     ] {
-        let args = QueryArgs {
+        let args = QueryRequest {
             rows: vec![2500],
             table_rows: Some(3000),
             columns,
@@ -109,7 +109,7 @@ fn a_pre_created_run_dir_in_tmp_is_not_used() {
     let planted = std::env::temp_dir().join(format!("testbed-flight-query-{}", std::process::id()));
     std::fs::create_dir(&planted).unwrap();
     std::os::unix::fs::symlink(victim.path(), planted.join("pg")).unwrap();
-    let r = query::run(&QueryArgs {
+    let r = query::run(&QueryRequest {
         rows: vec![10],
         table_rows: Some(10),
         columns: ColumnSet::Taxi,
@@ -295,7 +295,7 @@ fn a_pinned_run_fetches_the_same_rows() {
         eprintln!("one CPU: nothing to pin apart");
         return;
     }
-    let r = query::run(&QueryArgs {
+    let r = query::run(&QueryRequest {
         rows: vec![3000],
         table_rows: Some(3000),
         columns: ColumnSet::StringsShort,

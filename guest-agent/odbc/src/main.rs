@@ -14,7 +14,7 @@ use odbc_api::buffers::{AnySlice, BufferDesc, ColumnarAnyBuffer};
 use odbc_api::sys::Timestamp;
 use odbc_api::{ConnectionOptions, Cursor, DataType, Environment, Nullable, ResultSetMetadata};
 
-use testbed_lines::taxi::{Checksum, OdbcFetch, days_from_civil};
+use testbed_vocab::taxi::{Checksum, OdbcFetch, days_from_civil};
 
 type Result<T> = anyhow::Result<T>;
 

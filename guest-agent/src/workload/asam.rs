@@ -2,7 +2,7 @@
 //! samtools and ArrowSAM on one synthetic aligned data set. The agent stays
 //! free of arrow: it runs the `testbed-asam` binary (`prepare`, then
 //! `bench-preproc --json`) as a child process, reads its JSON lines into
-//! the types testbed-asam prints them with (`testbed_lines::asam`) and
+//! the types testbed-asam prints them with (`testbed_vocab::asam`) and
 //! turns them into `stage_seconds` samples tagged `tool` and `stage`.
 //!
 //! Every tool goes from the same SAM file to a sorted, duplicate-marked
@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use testbed_lines::asam::{BenchLine, Prepared, STAGES, StageResult, SummaryLine};
+use testbed_vocab::asam::{BenchLine, Prepared, STAGES, StageResult, SummaryLine};
+use testbed_vocab::request::asam::{AsamRequest, BenchPreprocRequest, PrepareRequest};
 
 use super::child;
 use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
@@ -76,7 +77,7 @@ pub struct AsamPreprocParams {
 }
 
 /// The tools `bench-preproc --tools` knows.
-pub use testbed_lines::asam::TOOLS;
+pub use testbed_vocab::asam::TOOLS;
 
 /// The data set of the user's own files.
 pub const PAPER: &str = "paper";
@@ -108,6 +109,13 @@ fn default_timeout() -> u64 {
     3600
 }
 
+/// The `paper` data set's files, checked (absolute paths).
+struct UserFiles<'a> {
+    reference: &'a str,
+    reads1: &'a str,
+    reads2: &'a str,
+}
+
 /// The data set's sizes after the preset and the overrides.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sizes {
@@ -128,7 +136,7 @@ impl AsamPreprocParams {
 
     /// The user's files of the `paper` data set, each required there and
     /// refused elsewhere.
-    fn user_files(&self) -> Result<Option<[(&'static str, &str); 3]>, ParamError> {
+    fn user_files(&self) -> Result<Option<UserFiles<'_>>, ParamError> {
         let given = [
             ("reference", self.reference.as_deref()),
             ("reads1", self.reads1.as_deref()),
@@ -143,7 +151,7 @@ impl AsamPreprocParams {
             }
             return Ok(None);
         }
-        let mut files = [("", ""); 3];
+        let mut files = [""; 3];
         for (slot, (field, value)) in files.iter_mut().zip(given) {
             let v = value.ok_or_else(|| {
                 ParamError::new(
@@ -154,9 +162,14 @@ impl AsamPreprocParams {
             if !v.starts_with('/') {
                 return Err(ParamError::new(field, "must be an absolute path"));
             }
-            *slot = (field, v);
+            *slot = v;
         }
-        Ok(Some(files))
+        let [reference, reads1, reads2] = files;
+        Ok(Some(UserFiles {
+            reference,
+            reads1,
+            reads2,
+        }))
     }
 
     pub fn validate(&self) -> Result<(), ParamError> {
@@ -235,29 +248,26 @@ pub fn prepare_dataset(p: &AsamPreprocParams, bin: &Path) -> Result<Prepared, Wo
     let user = p
         .user_files()
         .map_err(|e| WorkloadError::Other(e.to_string()))?;
-    let prepare_args: Vec<String> = match user {
+    let request = match user {
         // The user's reads and reference, checked, indexed and aligned by
         // `prepare` (cached by their contents).
         Some(files) => {
-            let mut a: Vec<String> = vec![
-                "prepare".into(),
-                "--dir".into(),
-                p.data_dir().display().to_string(),
-                "--size".into(),
-                PAPER.into(),
-                "--threads".into(),
-                p.threads.to_string(),
-            ];
-            for (field, path) in files {
-                a.push(format!("--{field}"));
-                a.push(path.to_string());
-            }
-            a
+            let mut r = PrepareRequest::new(p.data_dir());
+            r.size = Some(PAPER.into());
+            r.threads = p.threads as usize;
+            r.reference = Some(files.reference.into());
+            r.reads1 = Some(files.reads1.into());
+            r.reads2 = Some(files.reads2.into());
+            r
         }
-        None => generated_args(p)?,
+        None => generated_request(p)?,
     };
-    let prepared: Vec<Prepared> =
-        child::run_json(bin, &prepare_args, timeout, "testbed-asam prepare")?;
+    let prepared: Vec<Prepared> = child::run_request(
+        bin,
+        &AsamRequest::Prepare(Box::new(request)),
+        timeout,
+        "testbed-asam prepare",
+    )?;
     let dataset = prepared
         .into_iter()
         .next()
@@ -265,30 +275,20 @@ pub fn prepare_dataset(p: &AsamPreprocParams, bin: &Path) -> Result<Prepared, Wo
     Ok(dataset)
 }
 
-/// `prepare`'s arguments for a generated data set of `p`'s size.
-fn generated_args(p: &AsamPreprocParams) -> Result<Vec<String>, WorkloadError> {
+/// `prepare`'s request for a generated data set of `p`'s size.
+fn generated_request(p: &AsamPreprocParams) -> Result<PrepareRequest, WorkloadError> {
     let sizes = p
         .sizes()
         .ok_or_else(|| WorkloadError::Other(format!("unknown data set {:?}", p.dataset)))?;
-    Ok(vec![
-        "prepare".into(),
-        "--dir".into(),
-        p.data_dir().display().to_string(),
-        "--name".into(),
-        p.dataset.clone(),
-        "--chromosomes".into(),
-        sizes.chromosomes.to_string(),
-        "--chromosome-length".into(),
-        sizes.chromosome_length.to_string(),
-        "--coverage".into(),
-        sizes.coverage.to_string(),
-        "--dup-fraction".into(),
-        p.dup_fraction.to_string(),
-        "--seed".into(),
-        p.data_seed.to_string(),
-        "--threads".into(),
-        p.threads.to_string(),
-    ])
+    let mut r = PrepareRequest::new(p.data_dir());
+    r.name = Some(p.dataset.clone());
+    r.contigs = Some(sizes.chromosomes);
+    r.chromosome_length = Some(sizes.chromosome_length);
+    r.coverage = Some(sizes.coverage);
+    r.dup_fraction = Some(p.dup_fraction);
+    r.seed = p.data_seed;
+    r.threads = p.threads as usize;
+    Ok(r)
 }
 
 pub fn run_with_binary(
@@ -299,7 +299,6 @@ pub fn run_with_binary(
     p.validate()
         .map_err(|e| WorkloadError::Other(e.to_string()))?;
     let timeout = Duration::from_secs(p.timeout_seconds);
-    let threads = p.threads.to_string();
     let dataset = prepare_dataset(p, bin)?;
 
     // Every tool's output and scratch: private (mode 0700), removed on return.
@@ -308,20 +307,15 @@ pub fn run_with_binary(
         Some(parent) => child::private_dir_in(Path::new(parent), &prefix)?,
         None => child::private_dir(&prefix)?,
     };
-    let bench_args: Vec<String> = vec![
-        "bench-preproc".into(),
-        "--json".into(),
-        "--sam".into(),
-        dataset.sam.display().to_string(),
-        "--tools".into(),
-        p.tools.join(","),
-        "--out-dir".into(),
-        out_dir.path().display().to_string(),
-        "--threads".into(),
-        threads,
-    ];
-    let lines: Vec<BenchLine> =
-        child::run_json(bin, &bench_args, timeout, "testbed-asam bench-preproc")?;
+    let mut bench = BenchPreprocRequest::new(dataset.sam.clone(), out_dir.path().to_path_buf());
+    bench.tools = p.tools.clone();
+    bench.threads = p.threads as usize;
+    let lines: Vec<BenchLine> = child::run_request(
+        bin,
+        &AsamRequest::BenchPreproc(bench),
+        timeout,
+        "testbed-asam bench-preproc",
+    )?;
     record(p, ctx, &dataset, &lines)
 }
 
@@ -885,19 +879,13 @@ mod tests {
         // A user's files: one read group's FASTQ pair of a small generated
         // set and its reference, given by path like any user's.
         let user = tempfile::tempdir().unwrap();
-        let made = child::run_json::<Prepared>(
+        let mut request = PrepareRequest::new(user.path().to_path_buf());
+        request.name = Some("tiny".into());
+        request.chromosome_length = Some(20_000);
+        request.coverage = Some(3.0);
+        let made = child::run_request::<_, Prepared>(
             &real_binary(),
-            &[
-                "prepare".into(),
-                "--dir".into(),
-                user.path().display().to_string(),
-                "--name".into(),
-                "tiny".into(),
-                "--chromosome-length".into(),
-                "20000".into(),
-                "--coverage".into(),
-                "3".into(),
-            ],
+            &AsamRequest::Prepare(Box::new(request)),
             Duration::from_secs(300),
             "prepare",
         )

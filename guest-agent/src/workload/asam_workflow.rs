@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use testbed_lines::asam::Prepared;
-use testbed_lines::asam_workflow::{PIPE_BASELINES, PLACEMENTS, WorkflowLine};
+use testbed_vocab::asam::Prepared;
+use testbed_vocab::asam_workflow::{PIPE_BASELINES, PLACEMENTS, WorkflowLine};
+use testbed_vocab::request::asam::{AsamRequest, PrepareRequest, WorkflowRequest};
 
 use super::child;
 use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
@@ -173,20 +174,16 @@ pub fn run(p: &AsamWorkflowParams, ctx: &JobContext) -> Result<Summary, Workload
         .find()
         .ok_or_else(|| super::registry::ASAM.not_found())?;
     let timeout = Duration::from_secs(p.timeout_seconds);
-    let threads = p.threads.to_string();
-    let prepare_args: Vec<String> = vec![
-        "prepare".into(),
-        "--dir".into(),
-        p.data_dir().display().to_string(),
-        "--name".into(),
-        p.dataset.clone(),
-        "--seed".into(),
-        p.data_seed.to_string(),
-        "--threads".into(),
-        threads.clone(),
-    ];
-    let prepared: Vec<Prepared> =
-        child::run_json(&bin, &prepare_args, timeout, "testbed-asam prepare")?;
+    let mut prepare = PrepareRequest::new(p.data_dir());
+    prepare.name = Some(p.dataset.clone());
+    prepare.seed = p.data_seed;
+    prepare.threads = p.threads as usize;
+    let prepared: Vec<Prepared> = child::run_request(
+        &bin,
+        &AsamRequest::Prepare(Box::new(prepare)),
+        timeout,
+        "testbed-asam prepare",
+    )?;
     let dataset = prepared
         .into_iter()
         .next()
@@ -198,41 +195,24 @@ pub fn run(p: &AsamWorkflowParams, ctx: &JobContext) -> Result<Summary, Workload
             WorkloadError::Other("testbed-asam prepare named no data set directory".into())
         })?
         .join("prepared.json");
-    let mut args: Vec<String> = vec![
-        "workflow".into(),
-        "--json".into(),
-        "--prepared".into(),
-        info.display().to_string(),
-        "--placement".into(),
-        p.placement.clone(),
-        "--baseline".into(),
-        p.baseline.clone(),
-        "--callers".into(),
-        p.callers.join(","),
-        "--threads".into(),
-        threads,
-        "--disk-dir".into(),
-        p.disk_dir().display().to_string(),
-        "--ram-dir".into(),
-        p.ram_dir.clone(),
-        "--cpu-hz".into(),
-        p.cpu_hz.to_string(),
-        "--timeout-seconds".into(),
-        p.timeout_seconds.to_string(),
-    ];
-    for (on, flag) in [
-        (
-            p.bqsr && matches!(p.placement.as_str(), "arrowsam" | "arrowsam-fused"),
-            "--bqsr",
-        ),
-        (p.counters, "--counters"),
-        (p.check, "--check"),
-    ] {
-        if on {
-            args.push(flag.into());
-        }
-    }
-    let lines: Vec<WorkflowLine> = child::run_json(&bin, &args, timeout, "testbed-asam workflow")?;
+    let mut workflow = WorkflowRequest::new(info, &p.placement, p.disk_dir());
+    workflow.baseline = p.baseline.clone();
+    workflow.callers = p.callers.clone();
+    workflow.threads = p.threads as usize;
+    workflow.ram_dir = PathBuf::from(&p.ram_dir);
+    workflow.cpu_hz = p.cpu_hz;
+    workflow.timeout_seconds = p.timeout_seconds;
+    // Only the ArrowSAM placements have a BQSR (GATK is not packaged).
+    workflow.bqsr = p.bqsr && matches!(p.placement.as_str(), "arrowsam" | "arrowsam-fused");
+    workflow.counters = p.counters;
+    workflow.check = p.check;
+    workflow.json = true;
+    let lines: Vec<WorkflowLine> = child::run_request(
+        &bin,
+        &AsamRequest::Workflow(workflow),
+        timeout,
+        "testbed-asam workflow",
+    )?;
     record(ctx, &dataset, &lines)
 }
 

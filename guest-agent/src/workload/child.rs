@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use std::io::Write;
+
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::WorkloadError;
@@ -77,6 +80,45 @@ pub fn run_json<T: DeserializeOwned>(
         )));
     }
     json_lines(&done.stdout, what)
+}
+
+/// `request` as JSON in a private temporary file (removed on drop), for
+/// `<helper> request FILE`: the helper reads the same type
+/// (`testbed_vocab::request`), so the agent builds no command line by hand.
+pub fn request_file<R: Serialize>(
+    request: &R,
+    what: &str,
+) -> Result<tempfile::NamedTempFile, WorkloadError> {
+    let mut file = tempfile::Builder::new()
+        .prefix("testbed-request-")
+        .suffix(".json")
+        .tempfile()
+        .map_err(|e| other(format!("{what}: a file for its request: {e}")))?;
+    serde_json::to_writer(&mut file, request)
+        .map_err(|e| other(format!("{what}: writing its request: {e}")))?;
+    file.flush()
+        .map_err(|e| other(format!("{what}: writing its request: {e}")))?;
+    Ok(file)
+}
+
+/// `<helper> request FILE`'s arguments.
+pub fn request_args(file: &tempfile::NamedTempFile) -> [String; 2] {
+    [
+        testbed_vocab::request::SUBCOMMAND.to_string(),
+        file.path().display().to_string(),
+    ]
+}
+
+/// Runs `bin request FILE` with `request` in FILE ([`request_file`]) and
+/// returns the JSON lines it printed, as [`run_json`].
+pub fn run_request<R: Serialize, T: DeserializeOwned>(
+    bin: &Path,
+    request: &R,
+    timeout: Duration,
+    what: &str,
+) -> Result<Vec<T>, WorkloadError> {
+    let file = request_file(request, what)?;
+    run_json(bin, &request_args(&file), timeout, what)
 }
 
 /// The lines of `out` that hold a JSON object, each read as a `T`.

@@ -37,14 +37,8 @@ use variants::{Haplotype, Site, Variant};
 /// of the cache key.
 pub const GENERATOR_VERSION: u32 = 3;
 
-/// Whole genome, or exome: reads from exon-like targets only (plus
-/// `off_target` of them from anywhere).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Wgs,
-    Wes,
-}
+/// Whole genome, or exome (the vocabulary's: `prepare`'s `--mode`).
+pub use testbed_vocab::request::asam::Mode;
 
 /// Everything a generated data set depends on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

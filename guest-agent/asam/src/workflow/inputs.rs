@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use testbed_lines::asam::Prepared;
+use testbed_vocab::asam::Prepared;
 
 use super::chain::Step;
 use crate::{AsamError, Result};

@@ -24,7 +24,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use testbed_lines::asam_workflow::{
+use testbed_vocab::asam_workflow::{
     CallsLine, CountersLine, CpuLine, DoneLine, StageLine, WorkflowLine,
 };
 

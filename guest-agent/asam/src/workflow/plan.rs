@@ -113,7 +113,7 @@ impl Baseline {
 
     /// Whether it reads its input once, so a pipe can feed it.
     pub fn reads_once(self) -> bool {
-        testbed_lines::asam_workflow::PIPE_BASELINES.contains(&self.name())
+        testbed_vocab::asam_workflow::PIPE_BASELINES.contains(&self.name())
     }
 }
 

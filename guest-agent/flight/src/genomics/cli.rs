@@ -3,71 +3,19 @@
 use std::io::Write;
 
 use anyhow::Context;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::receiver::{BamReceiver, start_flight};
-use super::sender::{Pipeline, SendConfig, run, unpartitioned_duplicates};
+use super::sender::{SendConfig, run, unpartitioned_duplicates};
 use crate::server::ServerConfig;
 use crate::settings::TransportSettings;
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
-    /// Flight (DoPut) listening address, IP:PORT (port 0 picks one).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub addr: String,
-    /// Flight listening address with the tuned transport settings.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub tuned_addr: String,
-    /// BAM listening address, IP:PORT.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub bam_addr: String,
-    /// Sort and duplicate-marking workers per region.
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct SendArgs {
-    /// The aligned SAM (testbed-asam prepare's `sam`).
-    #[arg(long)]
-    pub sam: PathBuf,
-    /// The receiver's Flight address.
-    #[arg(long)]
-    pub server: String,
-    /// The receiver's tuned Flight address (for `flight-tuned`).
-    #[arg(long, default_value = "")]
-    pub tuned_server: String,
-    /// The receiver's BAM address.
-    #[arg(long)]
-    pub bam_server: String,
-    #[arg(long, default_value_t = 4)]
-    pub regions: u32,
-    #[arg(long, default_value_t = 1)]
-    pub repetitions: u32,
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "flight,flight-tuned,bam"
-    )]
-    pub pipelines: Vec<Pipeline>,
-    /// BGZF compression workers of the BAM sender.
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
-    #[arg(long, default_value_t = 10.0)]
-    pub connect_timeout_secs: f64,
-    /// Send each region while the receiver processes the one before.
-    #[arg(long)]
-    pub overlap: bool,
-    /// One JSON line per pipeline × repetition.
-    #[arg(long)]
-    pub json: bool,
-}
+/// The two commands' flags, or the agent's JSON requests: one type each.
+pub use testbed_vocab::request::flight::{GenomicsSendRequest, GenomicsServeRequest};
 
 /// Serves until SIGINT or SIGTERM; the first stdout line is a ServeReady
 /// whose `settings` holds the BAM address (`bam_listening`).
-pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+pub fn serve(a: GenomicsServeRequest) -> anyhow::Result<()> {
     crate::cli::runtime(None)?.block_on(async {
         let settings = TransportSettings::library_defaults();
         let cfg = ServerConfig {
@@ -83,7 +31,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         };
         let tuned = start_flight(&tuned_cfg, a.threads.max(1)).await?;
         let bam = BamReceiver::start(&a.bam_addr, a.threads.max(1))?;
-        let ready = testbed_lines::flight::ServeReady {
+        let ready = testbed_vocab::flight::ServeReady {
             listening: flight.addr.to_string(),
             tls: false,
             settings: serde_json::json!({
@@ -101,7 +49,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn send(a: SendArgs) -> anyhow::Result<()> {
+pub fn send(a: GenomicsSendRequest) -> anyhow::Result<()> {
     let cfg = SendConfig {
         sam: a.sam,
         flight: a.server,

@@ -28,7 +28,7 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::{FlightClient, FlightDescriptor};
 use futures::{StreamExt, TryStreamExt};
 use testbed_asam::load::SamTable;
-use testbed_lines::flight::GenomicsLine;
+use testbed_vocab::flight::GenomicsLine;
 
 use super::bam;
 use super::partition::{Genome, partition};
@@ -38,27 +38,8 @@ use crate::addr::Addr;
 use crate::error::{FlightError, Result};
 use crate::settings::TransportSettings;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Pipeline {
-    /// DoPut with gRPC's default transport settings on both sides.
-    Flight,
-    /// DoPut with the tuned profile of flight-bulk (32 MiB HTTP/2
-    /// windows, large frames) on both sides.
-    FlightTuned,
-    /// BAM over a plain TCP connection (the kernel's socket defaults).
-    Bam,
-}
-
-impl Pipeline {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pipeline::Flight => "flight",
-            Pipeline::FlightTuned => "flight-tuned",
-            Pipeline::Bam => "bam",
-        }
-    }
-}
+/// The pipelines (the vocabulary's: the agent names them in its requests).
+pub use testbed_vocab::request::flight::Pipeline;
 
 #[derive(Debug, Clone)]
 pub struct SendConfig {
@@ -157,7 +138,7 @@ pub fn run(
         }
         for p in order {
             let mut line = GenomicsLine {
-                pipeline: p.as_str().into(),
+                pipeline: p.name().into(),
                 regions: cfg.regions,
                 repetition: rep,
                 schedule: schedule(cfg.overlap).into(),

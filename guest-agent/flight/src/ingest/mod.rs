@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::error::{FlightError, Result};
 use crate::query::charge;
-use crate::query::columns::ColumnSet;
+use crate::query::columns::{ColumnSet, ColumnSetExt};
 use crate::query::taxi::TABLE;
 use crate::query::{libpq, odbc, pg, sqlserver};
 use crate::server::ServerConfig;
@@ -31,72 +31,13 @@ use crate::settings::TransportSettings;
 
 const ADBC_INGEST_PY: &str = include_str!("adbc_ingest.py");
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum IngestClient {
-    /// Our Flight SQL client's bulk ingest (DoPut CommandStatementIngest).
-    FlightSqlIngest,
-    /// ADBC's `adbc_ingest` over Flight SQL (Python, from PyPI).
-    AdbcIngest,
-    /// `COPY … FROM STDIN (FORMAT binary)` over tokio-postgres.
-    CopyBinary,
-    /// Multi-row prepared `INSERT`s over tokio-postgres, one transaction.
-    InsertBatched,
-    /// psqlODBC with bound parameter arrays, one transaction.
-    OdbcArray,
-}
+/// The clients (the vocabulary's: the agent names them in its requests).
+pub use testbed_vocab::request::flight::IngestClient;
 
-impl IngestClient {
-    pub fn name(self) -> &'static str {
-        match self {
-            IngestClient::FlightSqlIngest => "flight-sql-ingest",
-            IngestClient::AdbcIngest => "adbc-ingest",
-            IngestClient::CopyBinary => "copy-binary",
-            IngestClient::InsertBatched => "insert-batched",
-            IngestClient::OdbcArray => "odbc-array",
-        }
-    }
-}
+/// `ingest`'s flags, or the agent's JSON request: one type.
+pub use testbed_vocab::request::flight::IngestRequest;
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct IngestArgs {
-    /// Rows written, one point per value.
-    #[arg(long, value_delimiter = ',', default_value = "100000")]
-    pub rows: Vec<u64>,
-    /// The table's columns: the taxi mix, or one type only.
-    #[arg(long, value_enum, default_value = "taxi")]
-    pub columns: ColumnSet,
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "flight-sql-ingest,adbc-ingest,copy-binary,insert-batched,odbc-array"
-    )]
-    pub clients: Vec<IngestClient>,
-    #[arg(long, default_value_t = 1)]
-    pub repetitions: u32,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Rows per Arrow batch sent (Flight SQL, COPY), cut to at most 8 MiB
-    /// of values per batch.
-    #[arg(long, default_value_t = 65_536)]
-    pub batch_rows: usize,
-    /// Rows per INSERT statement and per ODBC parameter array.
-    #[arg(long, default_value_t = 1000)]
-    pub insert_rows: usize,
-    /// Where PostgreSQL's data directory and the input files go (default:
-    /// a private temporary directory, removed afterwards).
-    #[arg(long)]
-    pub run_dir: Option<std::path::PathBuf>,
-    /// One JSON line per measurement instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Clients and servers on separate host CPUs.
-    #[command(flatten)]
-    pub pins: crate::pins::CpuPins,
-}
-
-pub type Measurement = testbed_lines::flight::IngestLine<IngestClient>;
+pub type Measurement = testbed_vocab::flight::IngestLine<IngestClient>;
 
 /// What a client process reports about itself.
 #[derive(Debug, Deserialize)]
@@ -255,11 +196,11 @@ async fn flight_ingest(
 
 /// Starts PostgreSQL and a Flight SQL server over it, then has every client
 /// write every N rows into a fresh table.
-pub fn run(a: &IngestArgs) -> Result<Vec<Measurement>> {
+pub fn run(a: &IngestRequest) -> Result<Vec<Measurement>> {
     if a.rows.is_empty() || a.rows.contains(&0) {
         return Err(FlightError::Param("--rows needs N > 0".into()));
     }
-    let pinned = a.pins.pinned()?;
+    let pinned = crate::pins::pinned(&a.pins)?;
     let dir = crate::query::RunDir::new(a.run_dir.as_ref(), "testbed-flight-ingest-")?;
     let dir_path = dir.path().to_path_buf();
     // This thread runs the clients and starts the ODBC and ADBC ones.
@@ -385,7 +326,7 @@ pub fn run(a: &IngestArgs) -> Result<Vec<Measurement>> {
     Ok(out)
 }
 
-pub fn run_cli(a: &IngestArgs) -> anyhow::Result<()> {
+pub fn run_cli(a: &IngestRequest) -> anyhow::Result<()> {
     let ms = run(a)?;
     if a.json {
         for m in &ms {

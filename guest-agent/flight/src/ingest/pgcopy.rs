@@ -148,7 +148,7 @@ fn put_text(buf: &mut BytesMut, s: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::columns::ColumnSet;
+    use crate::query::columns::{ColumnSet, ColumnSetExt};
 
     #[test]
     fn only_plain_identifiers_reach_sql() {

@@ -12,26 +12,14 @@ use arrow::array::{
     ArrayRef, Float64Builder, Int32Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use serde::{Deserialize, Serialize};
 
 use super::taxi::{self, Checksum, Kind};
 use crate::error::{FlightError, Result};
 
-/// The table's columns; its name is `nyc_taxi` whatever the set, so every
-/// server answers the same SQL.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum ColumnSet {
-    /// The yellow-cab trip record: ints, timestamps, money, short strings.
-    #[default]
-    Taxi,
-    /// Eight `integer` columns over the whole i32 range.
-    Ints,
-    /// Eight `text` columns of 1 to 16 characters (8.5 on average).
-    StringsShort,
-    /// Two `text` columns of 200 to 1000 characters (600 on average).
-    StringsLong,
-}
+/// The column set (the vocabulary's: the agent names it in its
+/// requests); what each set is and how it is generated is here, as
+/// [`ColumnSetExt`].
+pub use testbed_vocab::request::flight::ColumnSet;
 
 /// One generated value.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,25 +36,55 @@ pub enum Value<'a> {
 /// and none needs quoting in CSV.
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-impl ColumnSet {
-    pub const ALL: [ColumnSet; 4] = [
-        ColumnSet::Taxi,
-        ColumnSet::Ints,
-        ColumnSet::StringsShort,
-        ColumnSet::StringsLong,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ColumnSet::Taxi => "taxi",
-            ColumnSet::Ints => "ints",
-            ColumnSet::StringsShort => "strings-short",
-            ColumnSet::StringsLong => "strings-long",
-        }
-    }
-
+/// What a column set is: its columns, its generated rows, and the
+/// checksums every client's rows must match.
+pub trait ColumnSetExt: Copy {
     /// Name, SQL type and kind of every column, in table order.
-    pub fn columns(self) -> Vec<(String, &'static str, Kind)> {
+    fn columns(self) -> Vec<(String, &'static str, Kind)>;
+
+    /// The longest string any column holds, in bytes (a client with fixed
+    /// buffers, ODBC block fetch, sizes them by it).
+    fn max_text_bytes(self) -> usize;
+
+    /// The most bytes one row takes in an Arrow batch: fixed widths, and
+    /// text at its longest plus its 4-byte offset.
+    fn max_row_bytes(self) -> usize;
+
+    /// Calls `f(column, value)` for every column of `row`, in table order.
+    fn visit_row(self, seed: u64, row: u64, text: &mut String, f: impl FnMut(usize, Value<'_>));
+
+    fn create_table_sql(self) -> String;
+
+    fn arrow_schema(self) -> SchemaRef;
+
+    /// Rows `start..start+n` as an Arrow batch (for Parquet).
+    fn batch(self, seed: u64, start: u64, n: u64) -> Result<RecordBatch>;
+
+    /// One CSV line for COPY … (FORMAT csv), timestamps in UTC.
+    fn csv_line(self, seed: u64, row: u64, out: &mut String);
+
+    /// Bytes of the first `n` rows' values as Arrow holds them: 4 per
+    /// integer, 8 per timestamp or float, a string's length (offsets and
+    /// validity not counted). CPU per GiB is charged on this.
+    fn value_bytes(self, seed: u64, n: u64) -> u64;
+
+    /// `ORDER BY` every column in table order: a table written by another
+    /// path may hold its rows in any order, and sorted on every column both
+    /// it and the generator give one order (text compared bytewise, as
+    /// the cluster's C locale does).
+    fn order_by_every_column(self) -> String;
+
+    /// The checksum of the first `n` rows sorted as
+    /// [`Self::order_by_every_column`] sorts them.
+    fn expected_sorted(self, seed: u64, n: u64) -> Checksum;
+
+    /// The checksum of the first `n` rows, straight from the generator.
+    fn expected(self, seed: u64, n: u64) -> Checksum;
+}
+
+impl ColumnSetExt for ColumnSet {
+    /// Name, SQL type and kind of every column, in table order.
+    fn columns(self) -> Vec<(String, &'static str, Kind)> {
         let same = |prefix: &str, n: usize, sql: &'static str, kind: Kind| {
             (0..n)
                 .map(|i| (format!("{prefix}{i}"), sql, kind))
@@ -85,7 +103,7 @@ impl ColumnSet {
 
     /// The longest string any column holds, in bytes (a client with fixed
     /// buffers, ODBC block fetch, sizes them by it).
-    pub fn max_text_bytes(self) -> usize {
+    fn max_text_bytes(self) -> usize {
         match self {
             ColumnSet::Taxi => 9, // "No Charge"
             ColumnSet::Ints => 0,
@@ -96,7 +114,7 @@ impl ColumnSet {
 
     /// The most bytes one row takes in an Arrow batch: fixed widths, and
     /// text at its longest plus its 4-byte offset.
-    pub fn max_row_bytes(self) -> usize {
+    fn max_row_bytes(self) -> usize {
         self.columns()
             .iter()
             .map(|(_, _, k)| match k {
@@ -154,7 +172,7 @@ impl ColumnSet {
         }
     }
 
-    pub fn create_table_sql(self) -> String {
+    fn create_table_sql(self) -> String {
         let cols: Vec<String> = self
             .columns()
             .iter()
@@ -163,7 +181,7 @@ impl ColumnSet {
         format!("CREATE TABLE {} ({})", taxi::TABLE, cols.join(", "))
     }
 
-    pub fn arrow_schema(self) -> SchemaRef {
+    fn arrow_schema(self) -> SchemaRef {
         Arc::new(Schema::new(
             self.columns()
                 .into_iter()
@@ -173,7 +191,7 @@ impl ColumnSet {
     }
 
     /// Rows `start..start+n` as an Arrow batch (for Parquet).
-    pub fn batch(self, seed: u64, start: u64, n: u64) -> Result<RecordBatch> {
+    fn batch(self, seed: u64, start: u64, n: u64) -> Result<RecordBatch> {
         let schema = self.arrow_schema();
         let cap = n as usize;
         let mut builders: Vec<Builder> = schema
@@ -201,7 +219,7 @@ impl ColumnSet {
     }
 
     /// One CSV line for COPY … (FORMAT csv), timestamps in UTC.
-    pub fn csv_line(self, seed: u64, row: u64, out: &mut String) {
+    fn csv_line(self, seed: u64, row: u64, out: &mut String) {
         use std::fmt::Write;
         let mut text = String::new();
         self.visit_row(seed, row, &mut text, |col, v| {
@@ -222,7 +240,7 @@ impl ColumnSet {
     /// Bytes of the first `n` rows' values as Arrow holds them: 4 per
     /// integer, 8 per timestamp or float, a string's length (offsets and
     /// validity not counted). CPU per GiB is charged on this.
-    pub fn value_bytes(self, seed: u64, n: u64) -> u64 {
+    fn value_bytes(self, seed: u64, n: u64) -> u64 {
         let mut bytes = 0u64;
         let mut text = String::new();
         for row in 0..n {
@@ -241,14 +259,14 @@ impl ColumnSet {
     /// path may hold its rows in any order, and sorted on every column both
     /// it and the generator give one order (text compared bytewise, as
     /// the cluster's C locale does).
-    pub fn order_by_every_column(self) -> String {
+    fn order_by_every_column(self) -> String {
         let names: Vec<String> = self.columns().into_iter().map(|c| c.0).collect();
         format!("ORDER BY {}", names.join(", "))
     }
 
     /// The checksum of the first `n` rows sorted as
     /// [`Self::order_by_every_column`] sorts them.
-    pub fn expected_sorted(self, seed: u64, n: u64) -> Checksum {
+    fn expected_sorted(self, seed: u64, n: u64) -> Checksum {
         #[derive(PartialEq, Eq, PartialOrd, Ord)]
         enum Owned {
             Int(i32),
@@ -288,7 +306,7 @@ impl ColumnSet {
     }
 
     /// The checksum of the first `n` rows, straight from the generator.
-    pub fn expected(self, seed: u64, n: u64) -> Checksum {
+    fn expected(self, seed: u64, n: u64) -> Checksum {
         let mut c = Checksum::default();
         let mut text = String::new();
         for row in 0..n {

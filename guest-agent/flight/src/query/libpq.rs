@@ -8,7 +8,7 @@ use futures::{SinkExt, TryStreamExt};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, Row};
 
-use super::columns::ColumnSet;
+use super::columns::{ColumnSet, ColumnSetExt};
 use super::taxi::{Checksum, TABLE};
 use crate::error::{FlightError, Result};
 

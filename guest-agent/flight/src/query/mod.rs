@@ -27,117 +27,18 @@ use serde::Serialize;
 use crate::error::{FlightError, Result};
 use crate::server::ServerConfig;
 use crate::settings::TransportSettings;
-use columns::ColumnSet;
+use columns::{ColumnSet, ColumnSetExt};
 use taxi::Checksum;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum QueryClient {
-    /// ODBC (psqlODBC), SQLGetData per value: the pyodbc way.
-    OdbcRow,
-    /// ODBC with bound columnar buffers: the turbodbc way.
-    OdbcBlock,
-    /// tokio-postgres: PostgreSQL's wire protocol, binary rows (what a
-    /// libpq client reads; this is not libpq itself).
-    TokioPostgres,
-    /// Flight SQL server that reads PostgreSQL with binary COPY into Arrow.
-    FlightSql,
-    /// Flight SQL server that reads PostgreSQL's binary rows (the extended
-    /// query protocol), so COPY's share of the difference shows.
-    FlightSqlRows,
-    /// Flight SQL server that reads Parquet (source effect).
-    FlightSqlParquet,
-    /// DataFusion over the Parquet file, served over Flight SQL.
-    DatafusionFlightSql,
-    /// The same DataFusion context over PostgreSQL's wire protocol,
-    /// read by tokio-postgres (binary rows).
-    DatafusionPgwireTokioPostgres,
-    /// … read by psqlODBC, SQLGetData per value.
-    DatafusionPgwireOdbcRow,
-    /// … read by psqlODBC into bound columnar buffers.
-    DatafusionPgwireOdbcBlock,
-}
+/// The clients (the vocabulary's: the agent names them in its requests).
+pub use testbed_vocab::request::flight::QueryClient;
 
-impl QueryClient {
-    pub fn name(self) -> &'static str {
-        match self {
-            QueryClient::OdbcRow => "odbc-row",
-            QueryClient::OdbcBlock => "odbc-block",
-            QueryClient::TokioPostgres => "tokio-postgres",
-            QueryClient::FlightSql => "flight-sql",
-            QueryClient::FlightSqlRows => "flight-sql-rows",
-            QueryClient::FlightSqlParquet => "flight-sql-parquet",
-            QueryClient::DatafusionFlightSql => "datafusion-flight-sql",
-            QueryClient::DatafusionPgwireTokioPostgres => "datafusion-pgwire-tokio-postgres",
-            QueryClient::DatafusionPgwireOdbcRow => "datafusion-pgwire-odbc-row",
-            QueryClient::DatafusionPgwireOdbcBlock => "datafusion-pgwire-odbc-block",
-        }
-    }
-
-    /// Whether it reads PostgreSQL (directly or through Flight SQL).
-    pub fn reads_postgres(self) -> bool {
-        matches!(
-            self,
-            QueryClient::OdbcRow
-                | QueryClient::OdbcBlock
-                | QueryClient::TokioPostgres
-                | QueryClient::FlightSql
-                | QueryClient::FlightSqlRows
-        )
-    }
-
-    /// Whether it reads the DataFusion engine (over either protocol).
-    pub fn reads_datafusion(self) -> bool {
-        matches!(
-            self,
-            QueryClient::DatafusionFlightSql
-                | QueryClient::DatafusionPgwireTokioPostgres
-                | QueryClient::DatafusionPgwireOdbcRow
-                | QueryClient::DatafusionPgwireOdbcBlock
-        )
-    }
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct QueryArgs {
-    /// N of `LIMIT N`, one point per value.
-    #[arg(long, value_delimiter = ',', default_value = "1000,100000")]
-    pub rows: Vec<u64>,
-    /// Rows loaded (default: the largest N).
-    #[arg(long)]
-    pub table_rows: Option<u64>,
-    /// The table's columns: the taxi mix, or one type only.
-    #[arg(long, value_enum, default_value = "taxi")]
-    pub columns: ColumnSet,
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "odbc-row,odbc-block,tokio-postgres,flight-sql,flight-sql-rows,flight-sql-parquet,datafusion-flight-sql,datafusion-pgwire-tokio-postgres,datafusion-pgwire-odbc-row,datafusion-pgwire-odbc-block"
-    )]
-    pub clients: Vec<QueryClient>,
-    #[arg(long, default_value_t = 1)]
-    pub repetitions: u32,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Rows per Arrow batch (Flight SQL) and per ODBC block.
-    #[arg(long, default_value_t = 65_536)]
-    pub batch_rows: usize,
-    /// Where PostgreSQL's data directory and the Parquet file go (default: a
-    /// temporary directory, removed afterwards).
-    #[arg(long)]
-    pub run_dir: Option<PathBuf>,
-    /// One JSON line per measurement instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Clients and servers on separate host CPUs.
-    #[command(flatten)]
-    pub pins: crate::pins::CpuPins,
-}
+/// `query`'s flags, or the agent's JSON request: one type.
+pub use testbed_vocab::request::flight::QueryRequest;
 
 /// One client fetching N rows once; `query --json` prints one per line
 /// (the line type is shared with the agent).
-pub type Measurement = testbed_lines::flight::QueryLine<QueryClient, Checksum>;
+pub type Measurement = testbed_vocab::flight::QueryLine<QueryClient, Checksum>;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct QueryReport {
@@ -261,13 +162,13 @@ impl Datafusion {
 
 /// Starts PostgreSQL, loads the table, serves it over Flight SQL and runs
 /// every client on every N.
-pub fn run(a: &QueryArgs) -> Result<QueryReport> {
+pub fn run(a: &QueryRequest) -> Result<QueryReport> {
     let max_n = a.rows.iter().copied().max().unwrap_or(0);
     let table_rows = a.table_rows.unwrap_or(max_n);
     if a.rows.is_empty() || table_rows == 0 {
         return Err(FlightError::Param("--rows needs at least one N > 0".into()));
     }
-    let pinned = a.pins.pinned()?;
+    let pinned = crate::pins::pinned(&a.pins)?;
     let dir = RunDir::new(a.run_dir.as_ref(), "testbed-flight-query-")?;
     // This thread runs the clients and starts the ODBC ones.
     let rt = crate::pins::client_runtime(pinned.as_ref(), charge::CLIENT_THREADS)?;
@@ -438,7 +339,7 @@ pub fn run(a: &QueryArgs) -> Result<QueryReport> {
     })
 }
 
-pub fn run_cli(a: &QueryArgs) -> anyhow::Result<()> {
+pub fn run_cli(a: &QueryRequest) -> anyhow::Result<()> {
     let r = run(a)?;
     if a.json {
         for m in &r.measurements {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use testbed_lines::taxi::OdbcFetch;
+use testbed_vocab::taxi::OdbcFetch;
 
 use crate::error::{FlightError, Result};
 

@@ -120,8 +120,8 @@ pub fn timestamp_text(us: i64) -> String {
 }
 
 /// The checksum every client computes (shared with testbed-odbc, which
-/// links no Arrow): see [`testbed_lines::taxi::Checksum`].
-pub use testbed_lines::taxi::{Checksum, days_from_civil, fnv1a};
+/// links no Arrow): see [`testbed_vocab::taxi::Checksum`].
+pub use testbed_vocab::taxi::{Checksum, days_from_civil, fnv1a};
 
 /// Adds Arrow batches to a [`Checksum`].
 pub trait BatchChecksum {

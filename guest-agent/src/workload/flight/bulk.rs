@@ -19,7 +19,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use testbed_lines::flight::{BenchLine, BenchSummary, StreamResult};
+use testbed_vocab::flight::{BenchLine, BenchSummary, StreamResult};
+use testbed_vocab::request::flight::{
+    BenchRequest, FlightRequest, PyServeRequest, ServeRequest, ServerCpuRequest,
+};
 
 use super::process::{ServerChild, ensure_loopback_up, gen_cert};
 use super::{Scratch, default_timeout, other, require_binary, run_client};
@@ -27,23 +30,9 @@ use crate::workload::{
     JobContext, ParamError, Summary, WorkloadError, defaults, latency_summary, registry,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Operation {
-    #[default]
-    Get,
-    Put,
-    Exchange,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    #[default]
-    None,
-    Lz4,
-    Zstd,
-}
+/// The operation, compression and transport profile: the vocabulary's, the
+/// names testbed-flight's requests take.
+pub use testbed_vocab::request::flight::{Compression, Op, Profile};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -76,28 +65,6 @@ pub enum Implementation {
     Pyarrow,
 }
 
-/// Transport settings (testbed_flight::settings::Profile): `tuned`,
-/// `defaults` (each implementation as it ships) or `library` (ours with
-/// tonic's and hyper's own settings).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Profile {
-    #[default]
-    Tuned,
-    Defaults,
-    Library,
-}
-
-impl Profile {
-    fn as_str(self) -> &'static str {
-        match self {
-            Profile::Tuned => "tuned",
-            Profile::Defaults => "defaults",
-            Profile::Library => "library",
-        }
-    }
-}
-
 impl Implementation {
     fn as_str(self) -> &'static str {
         match self {
@@ -111,7 +78,7 @@ impl Implementation {
 #[serde(deny_unknown_fields)]
 pub struct FlightBulkParams {
     #[serde(default)]
-    pub operation: Operation,
+    pub operation: Op,
     #[serde(default = "defaults::one_u32")]
     pub streams: u32,
     /// Concurrent client workers; 0 = one per stream (the paper's streams = threads).
@@ -197,7 +164,7 @@ const MAX_BATCH_ROWS: u32 = 1 << 24;
 impl FlightBulkParams {
     pub fn batch(&self) -> u32 {
         self.records_per_batch.unwrap_or(match self.operation {
-            Operation::Put => 2048,
+            Op::Put => 2048,
             _ => 4096,
         })
     }
@@ -277,7 +244,7 @@ impl FlightBulkParams {
             if side != Implementation::Pyarrow {
                 continue;
             }
-            if self.operation == Operation::Exchange {
+            if self.operation == Op::Exchange {
                 return Err(ParamError::new(
                     field,
                     "pyarrow pairings run get and put (its benchmark side has no exchange)",
@@ -297,68 +264,37 @@ impl FlightBulkParams {
     pub fn pairing(&self) -> String {
         format!("{}→{}", self.client.as_str(), self.server.as_str())
     }
-
-    fn op(&self) -> &'static str {
-        match self.operation {
-            Operation::Get => "get",
-            Operation::Put => "put",
-            Operation::Exchange => "exchange",
-        }
-    }
-
-    fn compression(&self) -> &'static str {
-        match self.compression {
-            Compression::None => "none",
-            Compression::Lz4 => "lz4",
-            Compression::Zstd => "zstd",
-        }
-    }
 }
 
-/// The client command line for `server`: `bench --json`, or pyarrow's
-/// client (`py-bench`, which prints the same lines).
-fn bench_args(p: &FlightBulkParams, server: &str, tls_ca: Option<&Path>, seed: u64) -> Vec<String> {
-    let head: &[&str] = match p.client {
-        Implementation::Ours => &["bench", "--json"],
-        Implementation::Pyarrow => &["py-bench"],
-    };
-    let mut a: Vec<String> = head.iter().map(|s| s.to_string()).collect();
-    for s in [
-        "--server",
-        server,
-        "--op",
-        p.op(),
-        "--compression",
-        p.compression(),
-        "--profile",
-        p.profile.as_str(),
-    ] {
-        a.push(s.to_string());
+/// The client's request for `server`: `bench --json`, or pyarrow's client
+/// (`py-bench`, which prints the same lines).
+fn bench_request(
+    p: &FlightBulkParams,
+    server: &str,
+    tls_ca: Option<&Path>,
+    seed: u64,
+) -> FlightRequest {
+    let mut r = BenchRequest::new(server);
+    r.op = p.operation;
+    r.compression = p.compression;
+    r.profile = p.profile;
+    r.keep_batches = p.keep_batches;
+    r.streams = p.streams;
+    r.records_per_stream = p.records_per_stream;
+    r.records_per_batch = p.batch();
+    // The batch values come from the seed, so runs are reproducible.
+    r.seed = (seed % 1_000_000).max(1);
+    r.tls_ca = tls_ca.map(Path::to_path_buf);
+    match p.client {
+        Implementation::Ours => {
+            r.json = true;
+            r.threads = p.threads;
+            r.connect_timeout_secs = 30.0;
+            FlightRequest::Bench(Box::new(r))
+        }
+        // pyarrow runs a thread per stream and has its own connect timeout.
+        Implementation::Pyarrow => FlightRequest::PyBench(Box::new(r)),
     }
-    if p.keep_batches {
-        a.push("--keep-batches".into());
-    }
-    if p.client == Implementation::Ours {
-        a.push("--threads".into());
-        a.push(p.threads.to_string());
-        a.push("--connect-timeout-secs".into());
-        a.push("30".into());
-    }
-    for (k, v) in [
-        ("--streams", p.streams.to_string()),
-        ("--records-per-stream", p.records_per_stream.to_string()),
-        ("--batch", p.batch().to_string()),
-        // The batch values come from the seed, so runs are reproducible.
-        ("--seed", (seed % 1_000_000).max(1).to_string()),
-    ] {
-        a.push(k.into());
-        a.push(v);
-    }
-    if let Some(ca) = tls_ca {
-        a.push("--tls-ca".into());
-        a.push(ca.display().to_string());
-    }
-    a
 }
 
 /// Every `stride`-th value, so at most `max` remain.
@@ -373,7 +309,7 @@ pub fn record(
     lines: &[BenchLine],
     ctx: &JobContext,
 ) -> Result<Summary, WorkloadError> {
-    let op = p.op();
+    let op = p.operation.name();
     let summary: &BenchSummary = lines
         .iter()
         .find_map(|l| match l {
@@ -464,11 +400,12 @@ fn server_cpu(bin: &Path, server: &str, ca: Option<&Path>) -> Result<f64, Worklo
     struct ServerCpu {
         cpu_s: f64,
     }
-    let mut args = vec!["server-cpu".to_string(), "--server".into(), server.into()];
-    if let Some(ca) = ca {
-        args.extend(["--tls-ca".into(), ca.display().to_string()]);
-    }
-    let lines: Vec<ServerCpu> = run_client(bin, &args, Duration::from_secs(30))?;
+    let request = FlightRequest::ServerCpu(ServerCpuRequest {
+        server: server.into(),
+        tls_ca: ca.map(Path::to_path_buf),
+        connect_timeout_secs: 10.0,
+    });
+    let lines: Vec<ServerCpu> = run_client(bin, &request, Duration::from_secs(30))?;
     match lines.as_slice() {
         [one] => Ok(one.cpu_s),
         lines => Err(other(format!(
@@ -508,9 +445,9 @@ fn record_link(p: &FlightBulkParams, l: &super::link::Link, ctx: &JobContext, s:
         ctx.emit_samples("link_throughput", "MB/s", 0, &tags, &[v]);
     }
     let link = match p.operation {
-        Operation::Get => l.to_client_mb_per_s,
-        Operation::Put => l.to_server_mb_per_s,
-        Operation::Exchange => l.to_client_mb_per_s.min(l.to_server_mb_per_s),
+        Op::Get => l.to_client_mb_per_s,
+        Op::Put => l.to_server_mb_per_s,
+        Op::Exchange => l.to_client_mb_per_s.min(l.to_server_mb_per_s),
     };
     s.insert("link_to_server_mb_per_s".into(), serde_json::json!(l.to_server_mb_per_s));
     s.insert("link_to_client_mb_per_s".into(), serde_json::json!(l.to_client_mb_per_s));
@@ -581,23 +518,32 @@ pub fn run_with_binary(
                 gen_cert(&bin, &tls_dir)?;
             }
             let tls = p.tls.then_some(tls_dir.as_path());
-            let serve: &[&str] = match p.server {
-                Implementation::Ours => &["serve", "--profile", p.profile.as_str()],
-                Implementation::Pyarrow => &["py-serve"],
+            let tls_dir_given = tls.map(Path::to_path_buf);
+            let serve = match p.server {
+                Implementation::Ours => {
+                    let mut r = ServeRequest::new(&addr);
+                    r.profile = p.profile;
+                    r.tls_dir = tls_dir_given;
+                    FlightRequest::Serve(r)
+                }
+                Implementation::Pyarrow => FlightRequest::PyServe(PyServeRequest {
+                    addr: addr.clone(),
+                    tls_dir: tls_dir_given,
+                }),
             };
             let pin = super::pinning::at_run(p.client_cpus.as_deref(), p.server_cpus.as_deref())?;
             let mut server = super::pinning::on(pin.as_ref().map(|p| &p.server[..]), || {
-                ServerChild::start(&bin, serve, &addr, tls, start_timeout)
+                ServerChild::start(&bin, &serve, start_timeout)
             })??;
             let ca = tls_dir.join("ca.pem");
-            let args = bench_args(p, &server.addr, p.tls.then_some(ca.as_path()), ctx.seed);
+            let request = bench_request(p, &server.addr, p.tls.then_some(ca.as_path()), ctx.seed);
             // The server's CPU over the client's run: its start-up (for
             // pyarrow, Python importing pyarrow) stays out; the client's
             // untimed GetFlightInfo and one-batch warm-up are in, alike for
             // both servers.
             let server_cpu0 = super::process::group_cpu_s(server.child.id());
             let lines = super::pinning::on(pin.as_ref().map(|p| &p.client[..]), || {
-                run_client(&bin, &args, timeout)
+                run_client(&bin, &request, timeout)
             });
             let server_cpu = super::process::group_cpu_s(server.child.id())
                 .zip(server_cpu0)
@@ -622,12 +568,12 @@ pub fn run_with_binary(
                 None
             };
             let ca = p.tls_dir.as_ref().map(|d| Path::new(d).join("ca.pem"));
-            let args = bench_args(p, &server, ca.as_deref(), ctx.seed);
+            let request = bench_request(p, &server, ca.as_deref(), ctx.seed);
             // The server VM's CPU over the client's run, asked over Flight
             // (its `cpu` action) before and after, as the local role reads
             // its server's group.
             let server_cpu0 = server_cpu(&bin, &server, ca.as_deref());
-            let lines = run_client(&bin, &args, timeout)?;
+            let lines = run_client(&bin, &request, timeout)?;
             let server_cpu1 = server_cpu(&bin, &server, ca.as_deref());
             let mut s = record(p, &lines, ctx)?;
             match (server_cpu1, server_cpu0) {
@@ -655,13 +601,10 @@ pub fn run_with_binary(
             // An earlier boot service may hold the address.
             stop_boot_server();
             let t0 = Instant::now();
-            let mut server = ServerChild::start(
-                &bin,
-                &["serve", "--profile", p.profile.as_str()],
-                &addr,
-                p.tls.then_some(tls_dir.as_path()),
-                start_timeout,
-            )?;
+            let mut serve = ServeRequest::new(&addr);
+            serve.profile = p.profile;
+            serve.tls_dir = p.tls.then(|| tls_dir.clone());
+            let mut server = ServerChild::start(&bin, &FlightRequest::Serve(serve), start_timeout)?;
             // The iperf3 server lives exactly as long as the Flight server.
             let iperf = if p.measure_link {
                 Some(super::link::start_server()?)
@@ -770,7 +713,7 @@ mod tests {
     #[test]
     fn defaults_follow_the_paper_and_unknown_keys_are_refused() {
         let p = params("");
-        assert_eq!(p.operation, Operation::Get);
+        assert_eq!(p.operation, Op::Get);
         assert_eq!(
             (p.streams, p.records_per_stream, p.batch()),
             (1, 200_980, 4096)
@@ -823,28 +766,25 @@ mod tests {
         let p = params(
             r#"{"client":"pyarrow","profile":"defaults","keep_batches":true,"records_per_stream":99}"#,
         );
-        let a = bench_args(&p, "127.0.0.1:5", None, 7);
-        assert_eq!(a[0], "py-bench");
-        let after = |flag: &str| a.iter().position(|x| x == flag).map(|i| a[i + 1].clone());
-        assert_eq!(after("--profile").as_deref(), Some("defaults"));
-        assert_eq!(after("--records-per-stream").as_deref(), Some("99"));
-        assert!(a.contains(&"--keep-batches".to_string()));
-        assert_eq!(after("--threads"), None, "pyarrow runs a thread per stream");
+        let FlightRequest::PyBench(r) = bench_request(&p, "127.0.0.1:5", None, 7) else {
+            panic!("not py-bench")
+        };
+        assert_eq!(r.profile, Profile::Defaults);
+        assert_eq!(r.records_per_stream, 99);
+        assert!(r.keep_batches);
+        assert_eq!(r.threads, 0, "pyarrow runs a thread per stream");
         assert_eq!(p.pairing(), "pyarrow→ours");
     }
 
     #[test]
-    fn the_client_command_line_names_op_and_compression_as_the_cli_does() {
+    fn the_clients_request_carries_op_compression_and_streams() {
         let p = params(r#"{"operation":"exchange","compression":"zstd","streams":3}"#);
-        let a = bench_args(&p, "10.0.0.1:5", None, 7);
-        let after = |flag: &str| {
-            let i = a.iter().position(|x| x == flag).unwrap();
-            a[i + 1].clone()
+        let FlightRequest::Bench(r) = bench_request(&p, "10.0.0.1:5", None, 7) else {
+            panic!("not bench")
         };
-        assert_eq!(after("--op"), "exchange");
-        assert_eq!(after("--compression"), "zstd");
-        assert_eq!(after("--streams"), "3");
-        assert!(!a.contains(&"--tls-ca".to_string()));
+        assert_eq!((r.op, r.compression, r.streams), (Op::Exchange, Compression::Zstd, 3));
+        assert!(r.json && r.tls_ca.is_none());
+        assert_eq!(r.server, "10.0.0.1:5");
     }
 
     #[test]

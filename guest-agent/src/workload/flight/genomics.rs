@@ -14,11 +14,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use testbed_lines::flight::GenomicsLine;
+use testbed_vocab::flight::GenomicsLine;
+use testbed_vocab::request::flight::{
+    FlightRequest, GenomicsSendRequest, GenomicsServeRequest, Pipeline,
+};
 
 use super::bulk::{Role, keep_for_boot};
 use super::process::{ServerChild, ensure_loopback_up};
-use super::{default_timeout, other, require_binary, run_client};
+use super::{default_timeout, named, other, require_binary, run_client};
 use crate::workload::asam::{AsamPreprocParams, asam_binary, prepare_dataset};
 use crate::workload::{JobContext, ParamError, Summary, WorkloadError, defaults, registry};
 
@@ -204,22 +207,13 @@ fn start_receiver(
     at: &Listening,
     threads: u32,
 ) -> Result<(ServerChild, Listening), WorkloadError> {
-    let threads = threads.to_string();
-    let server = ServerChild::start(
-        bin,
-        &[
-            "genomics-serve",
-            "--threads",
-            &threads,
-            "--bam-addr",
-            &at.bam,
-            "--tuned-addr",
-            &at.tuned,
-        ],
-        &at.flight,
-        None,
-        Duration::from_secs(60),
-    )?;
+    let request = FlightRequest::GenomicsServe(GenomicsServeRequest {
+        addr: at.flight.clone(),
+        tuned_addr: at.tuned.clone(),
+        bam_addr: at.bam.clone(),
+        threads: threads as usize,
+    });
+    let server = ServerChild::start(bin, &request, Duration::from_secs(60))?;
     let said = |key: &str| {
         server.settings[key]
             .as_str()
@@ -326,30 +320,15 @@ fn send(
     at: &Listening,
     timeout: Duration,
 ) -> Result<Vec<GenomicsLine>, WorkloadError> {
-    let mut args: Vec<String> = vec![
-        "genomics-send".into(),
-        "--json".into(),
-        "--sam".into(),
-        sam.display().to_string(),
-        "--server".into(),
-        at.flight.clone(),
-        "--tuned-server".into(),
-        at.tuned.clone(),
-        "--bam-server".into(),
-        at.bam.clone(),
-        "--regions".into(),
-        p.regions.to_string(),
-        "--repetitions".into(),
-        p.repetitions.to_string(),
-        "--pipelines".into(),
-        p.pipelines.join(","),
-        "--threads".into(),
-        p.threads.to_string(),
-    ];
-    if p.overlap {
-        args.push("--overlap".into());
-    }
-    run_client(bin, &args, timeout)
+    let mut request = GenomicsSendRequest::new(sam.to_path_buf(), &at.flight, &at.bam);
+    request.tuned_server = at.tuned.clone();
+    request.regions = p.regions;
+    request.repetitions = p.repetitions;
+    request.pipelines = named("pipelines", &p.pipelines, Pipeline::from_name)?;
+    request.threads = p.threads as usize;
+    request.overlap = p.overlap;
+    request.json = true;
+    run_client(bin, &FlightRequest::GenomicsSend(request), timeout)
 }
 
 /// Samples per pipeline (one value per repetition) and the summary keys

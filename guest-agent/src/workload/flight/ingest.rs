@@ -11,14 +11,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use testbed_lines::flight::IngestLine;
+use testbed_vocab::flight::IngestLine;
+use testbed_vocab::request::flight::{ColumnSet, FlightRequest, IngestClient, IngestRequest};
 
 use super::{
-    CpuSpent, Scratch, default_timeout, median, other, record_cpu_per_gb, require_binary,
+    CpuSpent, Scratch, default_timeout, median, named, other, record_cpu_per_gb, require_binary,
 };
 use crate::workload::{JobContext, ParamError, Summary, WorkloadError, defaults, registry};
 
-pub use testbed_lines::flight::{INGEST_CLIENTS, QUERY_COLUMN_SETS};
+pub use testbed_vocab::flight::{INGEST_CLIENTS, QUERY_COLUMN_SETS};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,29 +104,25 @@ pub fn run_ingest_with_binary(
     bin: &Path,
 ) -> Result<Summary, WorkloadError> {
     let scratch = Scratch::new(ctx.job_id)?;
-    let args: Vec<String> = vec![
-        "ingest".into(),
-        "--json".into(),
-        "--rows".into(),
-        p.rows.to_string(),
-        "--columns".into(),
-        p.columns.clone(),
-        "--clients".into(),
-        p.clients.join(","),
-        "--repetitions".into(),
-        p.repetitions.to_string(),
-        "--batch-rows".into(),
-        p.batch_rows.to_string(),
-        "--insert-rows".into(),
-        p.insert_rows.to_string(),
-        "--seed".into(),
-        (ctx.seed % 1_000_000).max(1).to_string(),
-        "--run-dir".into(),
-        scratch.path().display().to_string(),
-    ];
+    let columns = named("columns", std::slice::from_ref(&p.columns), ColumnSet::from_name)?;
+    let clients = named("clients", &p.clients, IngestClient::from_name)?;
+    let request = |pins| {
+        FlightRequest::Ingest(IngestRequest {
+            rows: vec![p.rows],
+            columns: columns[0],
+            clients,
+            repetitions: p.repetitions,
+            seed: (ctx.seed % 1_000_000).max(1),
+            batch_rows: p.batch_rows as usize,
+            insert_rows: p.insert_rows as usize,
+            run_dir: Some(scratch.path().to_path_buf()),
+            json: true,
+            pins,
+        })
+    };
     let (lines, pin) = super::pinning::run_pinned::<IngestLine>(
         bin,
-        args,
+        request,
         Duration::from_secs(p.timeout_seconds.max(1)),
         p.client_cpus.as_deref(),
         p.server_cpus.as_deref(),

@@ -1,7 +1,7 @@
 //! The Arrow Flight workloads, both run by the `testbed-flight` binary as
 //! child processes, so the agent links no arrow/tonic. Their JSON output
 //! lines are read into the types testbed-flight prints them with
-//! (`testbed_lines::flight`).
+//! (`testbed_vocab::flight`).
 //!
 //! - `flight-bulk` (bulk.rs): DoGet/DoPut/DoExchange throughput, the
 //!   client's stream and summary lines turned into samples.
@@ -22,7 +22,7 @@ mod query;
 
 pub use bulk::stop_boot_server;
 pub use bulk::{
-    Compression, FlightBulkParams, Operation, Role, Transport, record, run, run_with_binary,
+    Compression, FlightBulkParams, Op, Role, Transport, record, run, run_with_binary,
 };
 pub use genomics::{FlightGenomicsParams, PIPELINES};
 pub use ingest::{FlightIngestParams, INGEST_CLIENTS};
@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use testbed_vocab::request::flight::FlightRequest;
 
 use super::{WorkloadError, child, registry};
 
@@ -54,14 +55,28 @@ fn other(msg: impl Into<String>) -> WorkloadError {
     WorkloadError::Other(msg.into())
 }
 
-/// Runs a client command to completion and returns its JSON lines read as
-/// `T`; the error carries stderr.
+/// Runs a client request to completion and returns its JSON lines read as
+/// `T`; the error names the command and carries stderr.
 fn run_client<T: DeserializeOwned>(
     bin: &Path,
-    args: &[String],
+    request: &FlightRequest,
     timeout: Duration,
 ) -> Result<Vec<T>, WorkloadError> {
-    child::run_json(bin, args, timeout, "flight client")
+    let what = format!("testbed-flight {}", request.command());
+    child::run_request(bin, request, timeout, &what)
+}
+
+/// Each of `names` (a spec's list, checked by its validation) as the
+/// vocabulary's value; a name it does not know is an error naming `field`.
+fn named<T>(
+    field: &str,
+    names: &[String],
+    from_name: fn(&str) -> Option<T>,
+) -> Result<Vec<T>, WorkloadError> {
+    names
+        .iter()
+        .map(|n| from_name(n).ok_or_else(|| other(format!("{field}: unknown {n:?}"))))
+        .collect()
 }
 
 /// A private scratch directory (socket, TLS files, query run dir): mode

@@ -5,6 +5,7 @@
 //! ingest runs pin their runtimes and children from the same two lists.
 
 use testbed_proc::affinity;
+use testbed_vocab::request::flight::{CpuPins, FlightRequest};
 
 use super::other;
 use crate::workload::{ParamError, Summary, WorkloadError};
@@ -75,30 +76,27 @@ pub fn record(s: &mut Summary, p: Option<&Pinning>) {
     s.insert("pinning".into(), serde_json::json!(text));
 }
 
-/// Runs testbed-flight's query or ingest command `args` with the spec's
-/// CPU lists added, and gives its lines and the pinning for the summary.
+/// Runs testbed-flight's query or ingest request, made by `request` from
+/// the spec's CPU lists, and gives its lines and the pinning for the
+/// summary.
 pub fn run_pinned<T: serde::de::DeserializeOwned>(
     bin: &std::path::Path,
-    mut args: Vec<String>,
+    request: impl FnOnce(CpuPins) -> FlightRequest,
     timeout: std::time::Duration,
     client: Option<&str>,
     server: Option<&str>,
 ) -> Result<(Vec<T>, Option<Pinning>), WorkloadError> {
     let pin = at_run(client, server)?;
-    args.extend(flags(pin.as_ref()));
-    Ok((super::run_client(bin, &args, timeout)?, pin))
+    let request = request(cpu_pins(pin.as_ref()));
+    Ok((super::run_client(bin, &request, timeout)?, pin))
 }
 
-/// testbed-flight's `--client-cpus`/`--server-cpus` for the query and ingest runs.
-pub fn flags(p: Option<&Pinning>) -> Vec<String> {
-    match p {
-        Some(p) => vec![
-            "--client-cpus".into(),
-            affinity::format_list(&p.client),
-            "--server-cpus".into(),
-            affinity::format_list(&p.server),
-        ],
-        None => Vec::new(),
+/// testbed-flight's client and server CPU lists for the query and ingest
+/// runs.
+pub fn cpu_pins(p: Option<&Pinning>) -> CpuPins {
+    CpuPins {
+        client_cpus: p.map(|p| affinity::format_list(&p.client)),
+        server_cpus: p.map(|p| affinity::format_list(&p.server)),
     }
 }
 
@@ -119,6 +117,8 @@ mod tests {
         let mut s = Summary::new();
         record(&mut s, Some(&p));
         assert_eq!(s["pinning"], "client 1, server 0");
-        assert_eq!(flags(Some(&p)), ["--client-cpus", "1", "--server-cpus", "0"]);
+        let pins = cpu_pins(Some(&p));
+        assert_eq!((pins.client_cpus.as_deref(), pins.server_cpus.as_deref()), (Some("1"), Some("0")));
+        assert_eq!(cpu_pins(None), CpuPins::default());
     }
 }

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use testbed_lines::flight::ServeReady;
+use testbed_vocab::flight::ServeReady;
+use testbed_vocab::request::flight::{FlightRequest, GenCertRequest};
 use testbed_proc::{Group, RunError};
 
 use super::other;
@@ -22,27 +23,27 @@ pub(super) struct ServerChild {
     pub(super) addr: String,
     /// The `settings` of that line (`genomics-serve`: its BAM address).
     pub(super) settings: serde_json::Value,
+    /// The request it was started with, kept as long as it runs.
+    _request: tempfile::NamedTempFile,
 }
 
 impl ServerChild {
-    /// Starts `bin SUBCOMMAND… --addr ADDR` (`serve`, or `py-serve` for
-    /// pyarrow's server) and waits up to `timeout` for its [`ServeReady`] line.
+    /// Starts `bin request FILE` with a server's request (`serve`,
+    /// `py-serve` for pyarrow's server, `genomics-serve`) and waits up to
+    /// `timeout` for its [`ServeReady`] line.
     pub(super) fn start(
         bin: &Path,
-        subcommand: &[&str],
-        addr: &str,
-        tls_dir: Option<&Path>,
+        request: &FlightRequest,
         timeout: Duration,
     ) -> Result<Self, WorkloadError> {
+        let what = format!("testbed-flight {}", request.command());
+        let file = child::request_file(request, &what)?;
         let mut cmd = Command::new(bin);
-        cmd.args(subcommand).args(["--addr", addr]);
-        if let Some(d) = tls_dir {
-            cmd.arg("--tls-dir").arg(d);
-        }
+        cmd.args(child::request_args(&file));
         let mut child = Group::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).map_err(
             |e| match e {
                 RunError::Spawn { source, .. } => {
-                    WorkloadError::io(format!("spawn {} serve", bin.display()), source)
+                    WorkloadError::io(format!("spawn {} ({what})", bin.display()), source)
                 }
                 e => other(e.to_string()),
             },
@@ -60,11 +61,11 @@ impl ServerChild {
         let line = rx.recv_timeout(timeout).unwrap_or_default();
         let ready: Result<ServeReady, WorkloadError> = if line.trim().is_empty() {
             Err(other(format!(
-                "testbed-flight {} --addr {addr} did not start within {timeout:?}",
-                subcommand.join(" ")
+                "{what} ({}) did not start within {timeout:?}",
+                serde_json::to_string(request).unwrap_or_default()
             )))
         } else {
-            child::json_line(&line, "testbed-flight serve")
+            child::json_line(&line, &what)
         };
         match ready {
             Ok(r) => {
@@ -77,6 +78,7 @@ impl ServerChild {
                     child,
                     addr: r.listening,
                     settings: r.settings,
+                    _request: file,
                 })
             }
             Err(e) => {
@@ -96,10 +98,14 @@ impl ServerChild {
     }
 }
 
-/// `testbed-flight gen-cert --dir DIR`: a CA and a server certificate.
+/// `testbed-flight gen-cert`: a CA and a server certificate in `dir`.
 pub(super) fn gen_cert(bin: &Path, dir: &Path) -> Result<(), WorkloadError> {
+    let request = FlightRequest::GenCert(GenCertRequest {
+        dir: dir.to_path_buf(),
+    });
+    let file = child::request_file(&request, "testbed-flight gen-cert")?;
     let out = testbed_proc::run_captured(
-        Command::new(bin).arg("gen-cert").arg("--dir").arg(dir),
+        Command::new(bin).args(child::request_args(&file)),
         Duration::from_secs(60),
     )
     .map_err(|e| other(format!("testbed-flight gen-cert: {e}")))?;
@@ -155,6 +161,11 @@ pub fn ensure_loopback_up() -> Result<(), WorkloadError> {
 mod tests {
     use super::*;
 
+    fn serve(addr: &str) -> FlightRequest {
+        use testbed_vocab::request::flight::ServeRequest;
+        FlightRequest::Serve(ServeRequest::new(addr))
+    }
+
     #[test]
     fn loopback_is_up_afterwards() {
         ensure_loopback_up().unwrap();
@@ -164,7 +175,7 @@ mod tests {
     #[test]
     fn a_server_reports_where_it_listens_and_stops() {
         let bin = super::super::real_binary();
-        let mut s = ServerChild::start(&bin, &["serve"], "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
+        let mut s = ServerChild::start(&bin, &serve("127.0.0.1:0"), Duration::from_secs(60)).unwrap();
         let addr: std::net::SocketAddr = s.addr.parse().unwrap();
         assert_ne!(addr.port(), 0);
         s.stop();
@@ -174,7 +185,7 @@ mod tests {
     #[test]
     fn a_server_that_cannot_start_is_an_error_with_its_stderr() {
         let bin = super::super::real_binary();
-        let e = ServerChild::start(&bin, &["serve"], "not-an-address", None, Duration::from_secs(60))
+        let e = ServerChild::start(&bin, &serve("not-an-address"), Duration::from_secs(60))
             .err()
             .unwrap();
         let e = e.to_string();
@@ -185,7 +196,7 @@ mod tests {
     #[test]
     fn a_server_leads_its_own_process_group_and_is_gone_after_drop() {
         let bin = super::super::real_binary();
-        let s = ServerChild::start(&bin, &["serve"], "127.0.0.1:0", None, Duration::from_secs(60)).unwrap();
+        let s = ServerChild::start(&bin, &serve("127.0.0.1:0"), Duration::from_secs(60)).unwrap();
         let pid = s.child.id() as i32;
         // SAFETY: getpgid has no memory preconditions.
         assert_eq!(unsafe { libc::getpgid(pid) }, pid);

@@ -10,10 +10,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use testbed_lines::flight::QueryLine;
+use testbed_vocab::flight::QueryLine;
+use testbed_vocab::request::flight::{ColumnSet, FlightRequest, QueryClient, QueryRequest};
 
 use super::{
-    CpuSpent, Scratch, default_timeout, median, other, record_cpu_per_gb, require_binary,
+    CpuSpent, Scratch, default_timeout, median, named, other, record_cpu_per_gb, require_binary,
 };
 use crate::workload::{JobContext, ParamError, Summary, WorkloadError, defaults, registry};
 
@@ -51,7 +52,7 @@ pub struct FlightQueryParams {
 }
 
 /// The clients and column sets `testbed-flight query` knows.
-pub use testbed_lines::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
+pub use testbed_vocab::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
 
 fn default_query_columns() -> String {
     "taxi".into()
@@ -103,29 +104,25 @@ pub fn run_query_with_binary(
     bin: &Path,
 ) -> Result<Summary, WorkloadError> {
     let scratch = Scratch::new(ctx.job_id)?;
-    let args: Vec<String> = vec![
-        "query".into(),
-        "--json".into(),
-        "--rows".into(),
-        p.rows.to_string(),
-        "--table-rows".into(),
-        p.table_rows.unwrap_or(p.rows).to_string(),
-        "--columns".into(),
-        p.columns.clone(),
-        "--clients".into(),
-        p.clients.join(","),
-        "--repetitions".into(),
-        p.repetitions.to_string(),
-        "--batch-rows".into(),
-        p.batch_rows.to_string(),
-        "--seed".into(),
-        (ctx.seed % 1_000_000).max(1).to_string(),
-        "--run-dir".into(),
-        scratch.path().display().to_string(),
-    ];
+    let columns = named("columns", std::slice::from_ref(&p.columns), ColumnSet::from_name)?;
+    let clients = named("clients", &p.clients, QueryClient::from_name)?;
+    let request = |pins| {
+        FlightRequest::Query(QueryRequest {
+            rows: vec![p.rows],
+            table_rows: Some(p.table_rows.unwrap_or(p.rows)),
+            columns: columns[0],
+            clients,
+            repetitions: p.repetitions,
+            seed: (ctx.seed % 1_000_000).max(1),
+            batch_rows: p.batch_rows as usize,
+            run_dir: Some(scratch.path().to_path_buf()),
+            json: true,
+            pins,
+        })
+    };
     let (lines, pin) = super::pinning::run_pinned::<QueryLine>(
         bin,
-        args,
+        request,
         Duration::from_secs(p.timeout_seconds.max(1)),
         p.client_cpus.as_deref(),
         p.server_cpus.as_deref(),

@@ -1,4 +1,7 @@
-//! The JSON lines the helper binaries print on stdout and the agent reads:
+//! The vocabulary the agent and its helper binaries share. [`request`]:
+//! what the agent asks a helper to do, one typed request per command (the
+//! same types derive the helper's command line). The other modules: the
+//! JSON lines the helper binaries print on stdout and the agent reads,
 //! one serde type per kind of line. The helpers serialise these types and
 //! the agent deserialises the same ones, so the two sides cannot drift
 //! apart, while the agent depends on nothing but serde (its static binary
@@ -18,4 +21,5 @@
 pub mod asam;
 pub mod asam_workflow;
 pub mod flight;
+pub mod request;
 pub mod taxi;
