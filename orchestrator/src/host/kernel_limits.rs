@@ -11,9 +11,11 @@
 //! record names the limit that ended it.
 
 use std::ffi::CString;
+use std::io::{Read, Seek, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::wait::{Until, poll};
@@ -21,6 +23,105 @@ use crate::wait::{Until, poll};
 /// The directory under a v1 controller's mount that holds the testbed's
 /// cgroups (as `cgroup::TOP` does for containment).
 const TOP: &str = "testbed";
+
+/// The memory cgroups of the live groups, whose peaks `hostcost` reads.
+static MEMORY_GROUPS: Mutex<Vec<MemoryGroup>> = Mutex::new(Vec::new());
+
+/// A group's memory cgroup: its peak is what the kernel charged it (page
+/// cache included), the quantity `[limits] memory` is enforced on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryGroup {
+    pub dir: PathBuf,
+    v2: bool,
+}
+
+/// A peak counted from a point's start: v1's counter reset (for every
+/// reader), or v2's `memory.peak` reset for this open file only (Linux
+/// 6.12 and later).
+#[derive(Debug)]
+pub enum PeakFromNow {
+    Reset(PathBuf),
+    OwnFile(std::fs::File),
+}
+
+impl PeakFromNow {
+    /// The peak in bytes since the reset.
+    pub fn read(&self) -> Option<u64> {
+        let text = match self {
+            PeakFromNow::Reset(path) => std::fs::read_to_string(path).ok()?,
+            PeakFromNow::OwnFile(f) => {
+                let mut f = f;
+                f.rewind().ok()?;
+                let mut text = String::new();
+                f.read_to_string(&mut text).ok()?;
+                text
+            }
+        };
+        text.trim().parse().ok()
+    }
+}
+
+impl MemoryGroup {
+    fn peak_file(&self) -> PathBuf {
+        self.dir.join(if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        })
+    }
+
+    /// Where its peak is read: "cgroup v1 memory.max_usage_in_bytes".
+    pub fn source(&self) -> String {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        format!("cgroup {} {file}", if self.v2 { "v2" } else { "v1" })
+    }
+
+    /// The peak over the cgroup's life, in bytes (v2 kernels before 5.19
+    /// have no memory.peak).
+    pub fn lifetime_peak(&self) -> Option<u64> {
+        std::fs::read_to_string(self.peak_file())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Starts its peak over from the current usage; `None` where the
+    /// kernel cannot (v2 before 6.12).
+    pub fn peak_from_now(&self) -> Option<PeakFromNow> {
+        let path = self.peak_file();
+        if self.v2 {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .ok()?;
+            f.write_all(b"reset\n").ok()?;
+            Some(PeakFromNow::OwnFile(f))
+        } else {
+            std::fs::write(&path, "0").ok()?;
+            Some(PeakFromNow::Reset(path))
+        }
+    }
+
+    /// The processes in it now.
+    pub fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// The memory cgroups of the groups alive now.
+pub fn live_memory_groups() -> Vec<MemoryGroup> {
+    MEMORY_GROUPS.lock().map(|g| g.clone()).unwrap_or_default()
+}
 
 /// One limit as the spec wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +230,15 @@ impl Enforced {
                     }
                 }
             };
+            if controller == Controller::Memory
+                && let How::V1(dir) | How::V2(dir) = &how
+                && let Ok(mut groups) = MEMORY_GROUPS.lock()
+            {
+                groups.push(MemoryGroup {
+                    dir: dir.clone(),
+                    v2: matches!(how, How::V2(_)),
+                });
+            }
             out.applied.push(Applied {
                 controller,
                 limit: limit.clone(),
@@ -214,6 +324,14 @@ impl Enforced {
     /// Removes the v1 cgroups (once their processes are gone) and their
     /// owner's directory when it is empty.
     pub fn remove(&self) {
+        if let Ok(mut groups) = MEMORY_GROUPS.lock() {
+            groups.retain(|g| {
+                !self
+                    .applied
+                    .iter()
+                    .any(|a| matches!(&a.how, How::V1(d) | How::V2(d) if *d == g.dir))
+            });
+        }
         for dir in &self.made {
             let _ = poll(
                 Until::after(Duration::from_secs(2)),

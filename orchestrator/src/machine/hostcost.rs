@@ -13,10 +13,17 @@
 //! point starts (`/proc/PID/clear_refs`, "5") and added up as it ends: for
 //! QEMU, one process, that is its whole footprint; a helper that ended
 //! before its point did is not counted, which the record's `source` says.
+//! Where a group has a memory cgroup (`[limits] memory`, enforced by the
+//! kernel), also the peak the kernel charged it over the point
+//! (`memory.peak`, v1's `memory.max_usage_in_bytes`): every process of the
+//! group, those that ended during the point included, and its page cache:
+//! the quantity the limit is enforced on.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+
+use crate::kernel_limits::{MemoryGroup, PeakFromNow, live_memory_groups};
 
 /// One point's cost to the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +34,12 @@ pub struct HostCost {
     /// none could be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mib: Option<f64>,
+    /// The peak memory the kernel charged the run's memory cgroups over
+    /// the point (page cache included), added up; `None` without a memory
+    /// cgroup (no `[limits] memory`, or no writable controller) or where a
+    /// group's peak cannot be started over at the point's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_charged_mib: Option<f64>,
     /// CPU time of QEMU's vCPU threads ("CPU n/KVM", "CPU n/TCG"), user and
     /// system: the guest's work as the host sees it — under KVM the guest's
     /// own cycles, under TCG its emulation as well. Part of the CPU above;
@@ -39,12 +52,14 @@ pub struct HostCost {
 }
 
 /// CPU counters of the run as a point starts (µs, user and system): from
-/// its cgroups where it has v2 ones, and from /proc.
-#[derive(Debug, Clone, Copy)]
+/// its cgroups where it has v2 ones, and from /proc; and its memory
+/// cgroups' peaks, started over.
+#[derive(Debug)]
 pub struct Start {
     cgroup: Option<(u64, u64)>,
     procs: (u64, u64),
     vcpu_us: Option<u64>,
+    memory: Vec<(MemoryGroup, Option<PeakFromNow>)>,
 }
 
 /// Resets the run's processes' peak memory and reads their CPU time: the
@@ -60,7 +75,41 @@ pub fn start() -> Start {
         cgroup: crate::cgroup::cpu_usec(),
         procs: proc_cpu(&procs),
         vcpu_us: vcpu_usec(&procs),
+        memory: live_memory_groups()
+            .into_iter()
+            .map(|g| {
+                let from_now = g.peak_from_now();
+                (g, from_now)
+            })
+            .collect(),
     }
+}
+
+/// The memory cgroups' peaks over the point, added up (MiB), and where
+/// they were read; `None` if a live group's peak cannot be told for the
+/// point (it was there at the start and could not be started over).
+fn charged_peak(start: &Start) -> Option<(f64, String)> {
+    let groups = live_memory_groups();
+    if groups.is_empty() {
+        return None;
+    }
+    let mut bytes = 0u64;
+    let mut sources = BTreeSet::new();
+    for g in &groups {
+        let peak = match start.memory.iter().find(|(s, _)| s == g) {
+            Some((_, Some(from_start))) => from_start.read(),
+            Some((_, None)) => None,
+            // Made during the point: its whole life is in it.
+            None => g.lifetime_peak(),
+        };
+        bytes += peak?;
+        sources.insert(g.source());
+    }
+    let sources: Vec<String> = sources.into_iter().collect();
+    Some((
+        round3(bytes as f64 / (1u64 << 20) as f64),
+        format!("{} of {} group(s)", sources.join(", "), groups.len()),
+    ))
 }
 
 /// The cost since `start`.
@@ -77,16 +126,24 @@ pub fn end(start: &Start) -> HostCost {
             "/proc/PID/stat of the run's processes",
         ),
     };
+    let charged = charged_peak(start);
+    let charged_source = charged
+        .as_ref()
+        .map_or(String::new(), |(_, from)| format!("; charged: {from}"));
     HostCost {
         cpu_user_s: seconds(user1.saturating_sub(user0)),
         cpu_system_s: seconds(system1.saturating_sub(system0)),
         peak_rss_mib: (!peaks.is_empty())
             .then(|| round3(peaks.iter().sum::<u64>() as f64 / 1024.0)),
+        peak_charged_mib: charged.map(|(mib, _)| mib),
         vcpu_s: start
             .vcpu_us
             .zip(vcpu_usec(&procs))
             .map(|(a, b)| seconds(b.saturating_sub(a))),
-        source: format!("{cpu}; VmHWM of {} process(es)", peaks.len()),
+        source: format!(
+            "{cpu}; VmHWM of {} process(es){charged_source}",
+            peaks.len()
+        ),
     }
 }
 
@@ -299,6 +356,60 @@ mod tests {
             ) && hit.contains("OOM killer ended"),
             "{hit}"
         );
+    }
+
+    #[test]
+    #[ignore = "needs a writable memory controller (cgroup v2 with memory delegated, or cgroup v1's memory hierarchy; root): ./x test runs it where the host has one, else names it skipped"]
+    fn the_peak_charged_to_a_memory_cgroup_counts_what_ended_and_starts_over_each_point() {
+        use std::process::Command;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let done = dir.path().join("done");
+        // 96 MiB touched by a process that ends; the group lives on in sh.
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "python3 -c 'b = bytearray(96 << 20)'; touch \"$1\"; sleep 30",
+            "sh",
+        ])
+        .arg(&done);
+        let first = start();
+        let mut child = crate::qemu::process::GroupProcess::spawn_command_limited(
+            &mut cmd,
+            &limited(Some(512), None),
+        )
+        .unwrap();
+        let described = child.limits_described();
+        let finished = crate::wait::poll(
+            crate::wait::Until::after(Duration::from_secs(20)),
+            Duration::from_millis(20),
+            || done.exists().then_some(()),
+        );
+        assert!(
+            matches!(finished, crate::wait::Waited::Done(())),
+            "python never finished: {described:?}"
+        );
+        let point = end(&first);
+        let charged = point
+            .peak_charged_mib
+            .unwrap_or_else(|| panic!("no charged peak: {point:?} {described:?}"));
+        assert!(charged >= 96.0, "the ended process's 96 MiB: {point:?}");
+        assert!(
+            point.peak_rss_mib.unwrap_or(0.0) < 96.0,
+            "VmHWM cannot see an ended process: {point:?}"
+        );
+        assert!(
+            point.source.contains("charged: cgroup v"),
+            "{}",
+            point.source
+        );
+        // The next point starts its peak over: nothing large ran in it.
+        let second_start = start();
+        std::thread::sleep(Duration::from_millis(200));
+        let second = end(&second_start);
+        child.kill();
+        let again = second.peak_charged_mib.unwrap_or(f64::MAX);
+        assert!(again < 48.0, "the next point starts over: {second:?}");
     }
 
     #[test]

@@ -119,8 +119,11 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
             let vcpu = c
                 .vcpu_s
                 .map_or(String::new(), |v| format!(" (vCPU threads {v:.2} s)"));
+            let charged = c.peak_charged_mib.map_or(String::new(), |m| {
+                format!(", {m:.1} MiB charged to its memory cgroup")
+            });
             s.push_str(&format!(
-                "      host cost  CPU {:.2} s user + {:.2} s system{vcpu}, peak memory {} ({})\n",
+                "      host cost  CPU {:.2} s user + {:.2} s system{vcpu}, peak memory {}{charged} ({})\n",
                 c.cpu_user_s,
                 c.cpu_system_s,
                 c.peak_rss_mib

@@ -113,6 +113,7 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
     let mut cpu_user = Float64Builder::with_capacity(n);
     let mut cpu_system = Float64Builder::with_capacity(n);
     let mut peak_rss = Float64Builder::with_capacity(n);
+    let mut peak_charged = Float64Builder::with_capacity(n);
     let mut vcpu = Float64Builder::with_capacity(n);
     for (rec, rows) in &per_point {
         for r in rows {
@@ -130,6 +131,7 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
             cpu_user.append_option(cost.map(|c| c.cpu_user_s));
             cpu_system.append_option(cost.map(|c| c.cpu_system_s));
             peak_rss.append_option(cost.and_then(|c| c.peak_rss_mib));
+            peak_charged.append_option(cost.and_then(|c| c.peak_charged_mib));
             vcpu.append_option(cost.and_then(|c| c.vcpu_s));
         }
     }
@@ -147,6 +149,7 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Field::new("host_cpu_user_s", DataType::Float64, true),
         Field::new("host_cpu_system_s", DataType::Float64, true),
         Field::new("host_peak_rss_mib", DataType::Float64, true),
+        Field::new("host_peak_charged_mib", DataType::Float64, true),
         Field::new("host_vcpu_s", DataType::Float64, true),
     ];
     let cols: Vec<ArrayRef> = vec![
@@ -163,6 +166,7 @@ pub fn batch(run_id: &str, records: &[&PointRecord]) -> Result<RecordBatch, Samp
         Arc::new(cpu_user.finish()),
         Arc::new(cpu_system.finish()),
         Arc::new(peak_rss.finish()),
+        Arc::new(peak_charged.finish()),
         Arc::new(vcpu.finish()),
     ];
     // Params: per point, constant over its rows; one column per name.
