@@ -97,7 +97,7 @@ pub(super) fn check_vm(loaded: &LoadedSpec) -> Result<(), SpecError> {
                 "vm",
                 Some("clock"),
                 format!(
-                    "\"instructions\" runs the guest in one TCG thread, and with {} vCPUs the 6.1 guest hangs bringing up the second (\"smp: Bringing up secondary CPUs\"): give vcpus = 1",
+                    "\"instructions\" runs the guest in one TCG thread, and with {} vCPUs QEMU 7.2's round-robin starves the second: each vCPU may run until the next timer deadline, the first (busy waiting for the second to come up) uses it all, and the guest hangs at \"smp: Bringing up secondary CPUs\" (docs/icount.md): give vcpus = 1",
                     spec.vm.vcpus
                 ),
             ));
