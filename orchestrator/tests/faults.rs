@@ -639,6 +639,12 @@ fn a_point_over_its_memory_limit_fails_alone_and_show_prints_each_points_host_co
         cost["peak_rss_mib"].as_f64().unwrap_or(0.0) >= 8.0,
         "{cost}"
     );
+    // The memory cgroup the limit is enforced in has its own peak, what
+    // the kernel charged the group over the point.
+    assert!(
+        cost["peak_charged_mib"].as_f64().unwrap_or(0.0) >= 8.0,
+        "{cost}"
+    );
     assert!(cost["cpu_user_s"].is_number(), "{cost}");
     // No VM, no vCPU thread: not a zero.
     assert!(cost.get("vcpu_s").is_none(), "{cost}");
@@ -650,7 +656,9 @@ fn a_point_over_its_memory_limit_fails_alone_and_show_prints_each_points_host_co
         .unwrap();
     let shown = text(&shown);
     assert!(
-        shown.contains("host cost  CPU ") && shown.contains(" MiB (") && !shown.contains("vCPU"),
+        shown.contains("host cost  CPU ")
+            && shown.contains(" MiB charged to its memory cgroup (")
+            && !shown.contains("vCPU"),
         "show prints the point's host CPU and peak memory:\n{shown}"
     );
     assert_nothing_left(&out, &[]);
