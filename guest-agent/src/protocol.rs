@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::workload::Workload;
 
+/// A device as a job names it, and a run of samples: the vocabulary's
+/// (workloads use them without the wire around them).
+pub use testbed_vocab::protocol::{DeviceRef, SampleChunk};
+
 /// Bumped on any incompatible change of the messages below.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -96,37 +100,6 @@ pub struct Job {
     /// resolves names itself (NVMe/virtio serial numbers); the host executor
     /// fills in backing-file paths.
     pub devices: BTreeMap<String, DeviceRef>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceRef {
-    /// Path of the block device or file, if the host knows it.
-    pub path: Option<String>,
-    pub size_bytes: u64,
-    pub logical_block_size: u32,
-}
-
-/// A run of raw samples of one metric from one thread, sent column-wise so
-/// the JSON stays compact. `seq` of values[i] is `first_seq + i`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SampleChunk {
-    pub job_id: u64,
-    pub metric: String,
-    pub unit: String,
-    pub thread: u32,
-    pub first_seq: u64,
-    /// Extra labels, e.g. the engine when engines are interleaved in a job.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub tags: BTreeMap<String, String>,
-    /// JSON has no NaN: a non-finite value travels as null and arrives as
-    /// NaN, for the host to refuse by name rather than as a broken line.
-    #[serde(deserialize_with = "null_as_nan")]
-    pub values: Vec<f64>,
-}
-
-fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    let values: Vec<Option<f64>> = Deserialize::deserialize(d)?;
-    Ok(values.into_iter().map(|v| v.unwrap_or(f64::NAN)).collect())
 }
 
 #[derive(Debug, thiserror::Error)]

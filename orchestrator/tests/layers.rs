@@ -533,3 +533,191 @@ fn an_upward_import_is_named_with_its_file_and_line() {
         ]
     );
 }
+
+/// `code` (comments and strings already blanked) with the items under
+/// `#[cfg(test)]` blanked too: a crate's tests may reach any of its
+/// modules.
+fn without_test_items(code: &str) -> String {
+    let c: Vec<char> = code.chars().collect();
+    let key: Vec<char> = "#[cfg(test)]".chars().collect();
+    let mut out = c.clone();
+    let mut i = 0;
+    while i < c.len() {
+        if !c[i..].starts_with(&key) {
+            i += 1;
+            continue;
+        }
+        // The item the attribute is on: up to its `;`, or its braces.
+        let mut j = i + key.len();
+        while j < c.len() && c[j] != '{' && c[j] != ';' {
+            j += 1;
+        }
+        let mut end = j;
+        if c.get(j) == Some(&'{') {
+            let mut depth = 0;
+            while end < c.len() {
+                match c[end] {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                end += 1;
+            }
+        }
+        for ch in out.iter_mut().take(end + 1).skip(i) {
+            if *ch != '\n' {
+                *ch = ' ';
+            }
+        }
+        i = end + 1;
+    }
+    out.into_iter().collect()
+}
+
+/// The top-level modules of the crate whose sources are `files` (path
+/// relative to its `src`, source), each with the others its code (not its
+/// tests) names by a path from the crate root.
+fn module_graph(
+    files: &[(PathBuf, String)],
+) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let top = |rel: &Path| {
+        rel.components().next().map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+    };
+    let roots = |rel: &Path| matches!(rel.to_str(), Some("lib.rs" | "main.rs"));
+    let mut graph: BTreeMap<String, std::collections::BTreeSet<String>> = files
+        .iter()
+        .filter(|(rel, _)| !roots(rel))
+        .filter_map(|(rel, _)| top(rel))
+        .map(|m| (m, Default::default()))
+        .collect();
+    for (rel, src) in files.iter().filter(|(rel, _)| !roots(rel)) {
+        let Some(me) = top(rel) else { continue };
+        let code = without_test_items(&code_only(src));
+        for import in crate_paths(&code, file_depth(rel)) {
+            if import.module != me && graph.contains_key(&import.module) {
+                graph.get_mut(&me).unwrap().insert(import.module);
+            }
+        }
+    }
+    graph
+}
+
+/// The import loops of `graph`: each set of two or more modules that
+/// reach one another, sorted.
+fn import_loops(graph: &BTreeMap<String, std::collections::BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reach = |from: &str| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![from.to_string()];
+        while let Some(m) = todo.pop() {
+            for next in &graph[&m] {
+                if seen.insert(next.clone()) {
+                    todo.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, std::collections::BTreeSet<String>> =
+        graph.keys().map(|m| (m, reach(m))).collect();
+    let mut loops: Vec<Vec<String>> = Vec::new();
+    for m in graph.keys() {
+        if loops.iter().any(|l| l.contains(m)) {
+            continue;
+        }
+        let mut l: Vec<String> = graph
+            .keys()
+            .filter(|o| *o == m || (reaches[m].contains(*o) && reaches[o].contains(m)))
+            .cloned()
+            .collect();
+        if l.len() > 1 {
+            l.sort();
+            loops.push(l);
+        }
+    }
+    loops
+}
+
+fn crate_files(src: &Path) -> Vec<(PathBuf, String)> {
+    let mut paths = Vec::new();
+    rs_files(src, &mut paths);
+    paths
+        .into_iter()
+        .map(|p| (p.strip_prefix(src).unwrap().to_path_buf(), read(&p)))
+        .collect()
+}
+
+#[test]
+fn no_guest_crate_has_an_import_loop_between_its_modules() {
+    let guest = src_dir()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("guest-agent");
+    let mut found = Vec::new();
+    for krate in [
+        "src",
+        "flight/src",
+        "asam/src",
+        "vocab/src",
+        "proc/src",
+        "odbc/src",
+    ] {
+        let files = crate_files(&guest.join(krate));
+        assert!(!files.is_empty(), "guest-agent/{krate}: no source read");
+        let graph = module_graph(&files);
+        for l in import_loops(&graph) {
+            found.push(format!("guest-agent/{krate}: {}", l.join(" <-> ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that import one another (a loop: move what both need below them):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_planted_loop_is_found_and_a_tests_import_is_not_one() {
+    let files = |b_imports_a: &str| {
+        vec![
+            (
+                PathBuf::from("lib.rs"),
+                "pub mod a; pub mod b; pub mod c;".to_string(),
+            ),
+            (
+                PathBuf::from("a.rs"),
+                "use crate::b::Thing;\npub fn f() {}\n".to_string(),
+            ),
+            (
+                PathBuf::from("b/mod.rs"),
+                format!("pub struct Thing;\n{b_imports_a}\n"),
+            ),
+            (
+                PathBuf::from("c.rs"),
+                "pub fn g() {}\n#[cfg(test)]\nmod tests {\n    use crate::a::f;\n}\n".to_string(),
+            ),
+            (
+                PathBuf::from("b/inner.rs"),
+                "// crate::c is only a comment\n".to_string(),
+            ),
+        ]
+    };
+    // b reaches back into a: one loop, named.
+    let planted = import_loops(&module_graph(&files("pub fn h() { super::a::f() }")));
+    assert_eq!(planted, vec![vec!["a".to_string(), "b".to_string()]]);
+    // Without it, none (c's test module and b's comment do not count).
+    assert!(import_loops(&module_graph(&files(""))).is_empty());
+    let graph = module_graph(&files(""));
+    assert!(graph["c"].is_empty() && graph["b"].is_empty(), "{graph:?}");
+}

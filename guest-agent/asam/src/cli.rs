@@ -62,7 +62,7 @@ pub fn run_request(request: AsamRequest) -> anyhow::Result<()> {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()?,
         AsamRequest::Prepare(args) => {
-            let prepared = crate::data::args::run(&args)
+            let prepared = crate::prepare::request::run(&args)
                 .with_context(|| format!("prepare data set in {}", args.dir.display()))?;
             // The build's times, for a person watching (stdout is the JSON).
             let t = |k: &str| prepared.seconds.get(k).copied().unwrap_or(0.0);

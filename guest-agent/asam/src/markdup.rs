@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, HashMap};
 use arrow::array::{Int32Array, RecordBatch};
 
 use crate::cigar::{quality_score, unclipped_five_prime};
-use crate::metrics::SetSizeHistogram;
 use crate::optical;
 use crate::schema::{Columns, flag};
 use crate::sort::for_each_batch;
@@ -36,6 +35,30 @@ pub struct Marked {
     pub optical_pairs: BTreeMap<String, u64>,
     /// Sizes of the sets of duplicate pairs (Picard's histogram).
     pub pair_sets: SetSizeHistogram,
+}
+
+/// Picard's histograms of duplicate-set sizes (over all libraries, pairs
+/// only): a set of n pairs with k optical duplicates counts once in
+/// `all_sets` at n, in `optical_sets` at k + 1 (when k > 0) and in
+/// `non_optical_sets` at n - k; a pair without duplicates is a set of 1.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetSizeHistogram {
+    pub all_sets: BTreeMap<u64, u64>,
+    pub optical_sets: BTreeMap<u64, u64>,
+    pub non_optical_sets: BTreeMap<u64, u64>,
+}
+
+impl SetSizeHistogram {
+    /// One set of `size` pairs, `optical` of them optical duplicates.
+    pub fn add(&mut self, size: u64, optical: u64) {
+        *self.all_sets.entry(size).or_default() += 1;
+        if size > optical {
+            *self.non_optical_sets.entry(size - optical).or_default() += 1;
+        }
+        if optical > 0 {
+            *self.optical_sets.entry(optical + 1).or_default() += 1;
+        }
+    }
 }
 
 /// Library of each read group: `@RG ID:x ... LB:y`, as Picard reads them.

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use arrow::array::RecordBatch;
 
-use crate::markdup::{libraries, library_of};
+use crate::markdup::{SetSizeHistogram, libraries, library_of};
 use crate::schema::{Columns, flag};
 use crate::{AsamError, Result};
 
@@ -34,30 +34,6 @@ pub struct DuplicationMetrics {
     pub read_pair_optical_duplicates: u64,
     pub percent_duplication: f64,
     pub estimated_library_size: Option<u64>,
-}
-
-/// Picard's histograms of duplicate-set sizes (over all libraries, pairs
-/// only): a set of n pairs with k optical duplicates counts once in
-/// `all_sets` at n, in `optical_sets` at k + 1 (when k > 0) and in
-/// `non_optical_sets` at n - k; a pair without duplicates is a set of 1.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SetSizeHistogram {
-    pub all_sets: BTreeMap<u64, u64>,
-    pub optical_sets: BTreeMap<u64, u64>,
-    pub non_optical_sets: BTreeMap<u64, u64>,
-}
-
-impl SetSizeHistogram {
-    /// One set of `size` pairs, `optical` of them optical duplicates.
-    pub fn add(&mut self, size: u64, optical: u64) {
-        *self.all_sets.entry(size).or_default() += 1;
-        if size > optical {
-            *self.non_optical_sets.entry(size - optical).or_default() += 1;
-        }
-        if optical > 0 {
-            *self.optical_sets.entry(optical + 1).or_default() += 1;
-        }
-    }
 }
 
 /// The column names, in Picard's order.

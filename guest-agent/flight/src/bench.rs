@@ -541,3 +541,18 @@ pub fn ticket_json(cmd: &PerfCommand, s: u32) -> Result<Vec<u8>> {
     let t: PerfTicket = cmd.ticket(s);
     serde_json::to_vec(&t).map_err(|e| FlightError::Other(e.to_string()))
 }
+
+/// The lines of one bulk run: every stream in order, then the summary.
+pub fn bench_lines(r: &BenchResult) -> Vec<crate::lines::BenchLine> {
+    r.per_stream
+        .iter()
+        .cloned()
+        .map(crate::lines::BenchLine::Stream)
+        .chain([crate::lines::BenchLine::Summary(bench_summary(r))])
+        .collect()
+}
+
+/// `r` without its per-stream results (those are lines of their own).
+pub fn bench_summary(r: &BenchResult) -> crate::lines::BenchSummary {
+    r.summary.clone()
+}

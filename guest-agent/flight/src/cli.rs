@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::bench::bench_lines;
 use crate::bench::{BenchConfig, BenchResult};
-use crate::lines::{ServeReady, bench_lines};
+use crate::lines::ServeReady;
 use crate::server::ServerConfig;
 use crate::settings::Op;
 use testbed_vocab::request::flight::{
@@ -93,41 +94,6 @@ pub fn bench_config(a: &BenchRequest) -> BenchConfig {
     }
 }
 
-pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    named_runtime(threads, "tokio-runtime-worker")
-}
-
-/// [`runtime`] whose threads are named `name` (at most 15 bytes, what
-/// Linux keeps), so their CPU can be told apart (`cpu::threads_cpu_s`).
-pub fn named_runtime(
-    threads: Option<usize>,
-    name: &str,
-) -> anyhow::Result<tokio::runtime::Runtime> {
-    named_runtime_on(threads, name, None)
-}
-
-/// [`named_runtime`] whose every thread starts pinned to `cpus` (checked
-/// beforehand: crate::pins).
-pub fn named_runtime_on(
-    threads: Option<usize>,
-    name: &str,
-    cpus: Option<Vec<usize>>,
-) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    b.enable_all().thread_name(name);
-    if let Some(n) = threads {
-        b.worker_threads(n.max(1));
-    }
-    if let Some(cpus) = cpus {
-        // The lists were checked against this process's CPUs, so this
-        // cannot fail but by a mask changed under the process.
-        b.on_thread_start(move || {
-            let _ = testbed_proc::affinity::pin_this_thread(&cpus);
-        });
-    }
-    b.build().context("starting the tokio runtime")
-}
-
 /// Runs one subcommand to completion.
 pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
     match cmd {
@@ -150,12 +116,12 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
                 settings,
                 tls_dir,
             };
-            runtime(runtime_threads)?.block_on(serve(cfg))
+            crate::runtime::runtime(runtime_threads)?.block_on(serve(cfg))
         }
         FlightCommand::Bench(args) => {
             let cfg = bench_config(&args);
             crate::settings::tune_malloc(&cfg.settings);
-            let r = runtime(args.runtime_threads)?
+            let r = crate::runtime::runtime(args.runtime_threads)?
                 .block_on(crate::bench::run(&cfg))
                 .with_context(|| {
                     format!("Flight {} benchmark against {}", cfg.op.name(), cfg.server)
@@ -182,7 +148,7 @@ pub fn run_command(cmd: FlightCommand) -> anyhow::Result<()> {
             connect_timeout_secs,
         }) => {
             let timeout = std::time::Duration::from_secs_f64(connect_timeout_secs.max(0.001));
-            let cpu_s = crate::cli::runtime(Some(1))?.block_on(crate::cpu::ask(
+            let cpu_s = crate::runtime::runtime(Some(1))?.block_on(crate::cpu::ask(
                 &server.parse()?,
                 tls_ca.as_deref(),
                 timeout,
@@ -204,22 +170,8 @@ async fn serve(cfg: ServerConfig) -> anyhow::Result<()> {
         tls: cfg.tls_dir.is_some(),
         settings: cfg.settings.clone(),
     };
-    announce_and_wait(&line).await?;
+    crate::runtime::announce_and_wait(&line).await?;
     server.stop().await?;
-    Ok(())
-}
-
-/// Prints a server's ready line (a parent reads where it listens, port 0
-/// resolved) and waits for SIGINT or SIGTERM.
-pub(crate) async fn announce_and_wait(ready: &impl serde::Serialize) -> anyhow::Result<()> {
-    let mut out = std::io::stdout();
-    writeln!(out, "{}", serde_json::to_string(ready)?)?;
-    out.flush()?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
-        _ = term.recv() => {}
-    }
     Ok(())
 }
 

@@ -33,6 +33,7 @@ pub mod pins;
 pub mod private;
 pub mod pyarrow;
 pub mod query;
+pub mod runtime;
 pub mod server;
 pub mod settings;
 pub mod tls;

@@ -4,15 +4,13 @@
 //! are instantiated with this crate's own field types.
 //!
 //! - `serve`: one [`ServeReady`] line once it listens.
-//! - `bench --json`: [`bench_lines`]: one [`BenchLine::Stream`] per stream,
-//!   then one [`BenchLine::Summary`] (`"type": "stream"` / `"summary"`).
-//! - `query --json`: one [`QueryLine`] (`query::Measurement`) per measurement.
+//! - `bench --json`: `bench::bench_lines`: one [`BenchLine::Stream`] per
+//!   stream, then one [`BenchLine::Summary`] (`"type": "stream"` /
+//!   `"summary"`).
+//! - `query --json`: one `query::Measurement` per measurement.
 
-use crate::bench::BenchResult;
 use crate::settings::{Compression, Op, TransportSettings};
 
-pub use crate::bench::StreamResult;
-pub use crate::query::Measurement as QueryLine;
 pub use testbed_vocab::flight::{QUERY_CLIENTS, QUERY_COLUMN_SETS};
 
 /// `serve`'s first stdout line.
@@ -22,24 +20,11 @@ pub type BenchLine = testbed_vocab::flight::BenchLine<Op, Compression, Transport
 /// The summary line of `bench --json`.
 pub type BenchSummary = testbed_vocab::flight::BenchSummary<Op, Compression, TransportSettings>;
 
-/// The lines of one bulk run: every stream in order, then the summary.
-pub fn bench_lines(r: &BenchResult) -> Vec<BenchLine> {
-    r.per_stream
-        .iter()
-        .cloned()
-        .map(BenchLine::Stream)
-        .chain([BenchLine::Summary(bench_summary(r))])
-        .collect()
-}
-
-/// `r` without its per-stream results (those are lines of their own).
-pub fn bench_summary(r: &BenchResult) -> BenchSummary {
-    r.summary.clone()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::{BenchResult, StreamResult, bench_lines};
+    use crate::query::Measurement as QueryLine;
     use crate::query::QueryClient;
     use crate::query::taxi::Checksum;
     use clap::ValueEnum;

@@ -71,13 +71,13 @@ pub fn pin_caller_as_client(p: Option<&Pinned>) -> Result<()> {
 /// ([`pin_caller_as_client`]).
 pub fn client_runtime(p: Option<&Pinned>, name: &str) -> Result<tokio::runtime::Runtime> {
     pin_caller_as_client(p)?;
-    crate::cli::named_runtime_on(Some(2), name, p.map(|p| p.client.clone()))
+    crate::runtime::named_runtime_on(Some(2), name, p.map(|p| p.client.clone()))
         .map_err(|e| FlightError::Other(e.to_string()))
 }
 
 /// The server runtime (threads named `name`) on the server's CPUs.
 pub fn server_runtime(p: Option<&Pinned>, name: &str) -> Result<tokio::runtime::Runtime> {
-    crate::cli::named_runtime_on(None, name, p.map(|p| p.server.clone()))
+    crate::runtime::named_runtime_on(None, name, p.map(|p| p.server.clone()))
         .map_err(|e| FlightError::Other(e.to_string()))
 }
 

@@ -241,7 +241,7 @@ fn run_until_signal(mut cmd: Command) -> anyhow::Result<Option<std::process::Exi
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| FlightError::io(format!("spawn {cmd:?}"), e))?;
-    let rt = crate::cli::runtime(Some(1))?;
+    let rt = crate::runtime::runtime(Some(1))?;
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;

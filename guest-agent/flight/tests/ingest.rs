@@ -67,9 +67,13 @@ fn the_server_offers_appending_only_and_says_so() {
             ..Default::default()
         };
     assert!(
-        ingest::ingest_options(&ask(TableExistsOption::Append, TableNotExistOption::Fail)).is_ok()
+        testbed_flight::query::sqlserver::ingest_options(&ask(
+            TableExistsOption::Append,
+            TableNotExistOption::Fail
+        ))
+        .is_ok()
     );
-    let e = ingest::ingest_options(&ask(
+    let e = testbed_flight::query::sqlserver::ingest_options(&ask(
         TableExistsOption::Replace,
         TableNotExistOption::Create,
     ))
@@ -78,5 +82,5 @@ fn the_server_offers_appending_only_and_says_so() {
     assert!(e.message().contains("REPLACE"), "{e:?}");
     let mut temporary = ask(TableExistsOption::Append, TableNotExistOption::Fail);
     temporary.temporary = true;
-    assert!(ingest::ingest_options(&temporary).is_err());
+    assert!(testbed_flight::query::sqlserver::ingest_options(&temporary).is_err());
 }

@@ -19,7 +19,7 @@ fn python() -> String {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    testbed_flight::cli::runtime(Some(2)).unwrap()
+    testbed_flight::runtime::runtime(Some(2)).unwrap()
 }
 
 #[test]

@@ -140,7 +140,7 @@ fn a_pre_created_run_dir_in_tmp_is_not_used() {
 fn postgres_wants_a_password_and_dies_with_its_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let pg = query::pg::PgCluster::start(dir.path()).unwrap();
-    let rt = testbed_flight::cli::runtime(Some(1)).unwrap();
+    let rt = testbed_flight::runtime::runtime(Some(1)).unwrap();
     rt.block_on(query::libpq::connect(&pg.conn_string()))
         .expect("with the password");
     let no_password = format!(
@@ -194,7 +194,7 @@ fn datafusion_wants_the_password_stays_read_only_and_order_is_checked() {
     let dir = tempfile::tempdir().unwrap();
     let parquet = dir.path().join("nyc_taxi.parquet");
     query::write_parquet(&parquet, ColumnSet::Taxi, 4, 1000).unwrap();
-    let rt = testbed_flight::cli::runtime(Some(2)).unwrap();
+    let rt = testbed_flight::runtime::runtime(Some(2)).unwrap();
     rt.block_on(async {
         let ctx = query::engine::table_context(&parquet, 256).await.unwrap();
         let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -262,7 +262,7 @@ fn datafusion_serves_strings_as_utf8_not_views() {
     let dir = tempfile::tempdir().unwrap();
     let parquet = dir.path().join("nyc_taxi.parquet");
     query::write_parquet(&parquet, ColumnSet::StringsLong, 4, 300).unwrap();
-    let rt = testbed_flight::cli::runtime(Some(2)).unwrap();
+    let rt = testbed_flight::runtime::runtime(Some(2)).unwrap();
     rt.block_on(async {
         let ctx = query::engine::table_context(&parquet, 256).await.unwrap();
         let batches = ctx

@@ -84,18 +84,6 @@ pub fn parse_fs_conf(text: &str) -> Result<Vec<FsConf>, String> {
         .collect()
 }
 
-/// `TESTBED_MOUNT_<NAME>`: the device name upper-cased, '-' and '.' as '_'.
-pub fn mount_env(device: &str) -> String {
-    let name: String = device
-        .chars()
-        .map(|c| match c {
-            '-' | '.' => '_',
-            c => c.to_ascii_uppercase(),
-        })
-        .collect();
-    format!("TESTBED_MOUNT_{name}")
-}
-
 /// Switches to the root image and formats the devices, as the host's
 /// files in the initramfs ask; lines for the console on success. Nothing
 /// to do without those files (the initramfs alone).
@@ -157,7 +145,7 @@ fn make_filesystems(list: &[FsConf]) -> Result<Vec<String>, String> {
         mnt(&dev.path, &fs.mount, Some("ext4"), MsFlags::empty(), None)
             .map_err(|e| format!("device {}: {e}", fs.device))?;
         // SAFETY: PID 1 during start-up, before the agent starts any thread.
-        unsafe { std::env::set_var(mount_env(&fs.device), &fs.mount) };
+        unsafe { std::env::set_var(crate::workload::mount_env(&fs.device), &fs.mount) };
         said.push(format!(
             "formatted {} ({}) as ext4, mounted on {}",
             fs.device, dev.path, fs.mount
@@ -336,7 +324,10 @@ mod tests {
         let l = parse_fs_conf("scratch\text4\t/mnt/scratch\n").unwrap();
         assert_eq!(l[0].mount, "/mnt/scratch");
         assert!(parse_fs_conf("scratch ext4 /mnt/x\n").is_err());
-        assert_eq!(mount_env("my-disk.ns2"), "TESTBED_MOUNT_MY_DISK_NS2");
+        assert_eq!(
+            crate::workload::mount_env("my-disk.ns2"),
+            "TESTBED_MOUNT_MY_DISK_NS2"
+        );
     }
 
     #[test]

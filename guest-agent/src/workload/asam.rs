@@ -563,7 +563,7 @@ pub fn preproc_line(summary: &Summary) -> Option<String> {
 impl super::WorkloadParams for AsamPreprocParams {
     fn validate(
         &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), ParamError> {
         AsamPreprocParams::validate(self)
     }

@@ -334,7 +334,7 @@ fn record(
 impl super::WorkloadParams for AsamWorkflowParams {
     fn validate(
         &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), ParamError> {
         AsamWorkflowParams::validate(self)
     }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::randread::{AlignedBuf, open_direct};
 use super::{JobContext, MetricInfo, ParamError, Summary, WorkloadError, WorkloadParams};
-use crate::protocol::DeviceRef;
+use testbed_vocab::protocol::DeviceRef;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -222,7 +222,7 @@ fn count_zombies() -> Result<u64, WorkloadError> {
 impl super::WorkloadParams for FaultParams {
     fn validate(
         &self,
-        _devices: &std::collections::BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &std::collections::BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), super::ParamError> {
         if !(0.0..=86_400.0).contains(&self.after_s) {
             return Err(super::ParamError::new(

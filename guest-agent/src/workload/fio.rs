@@ -8,7 +8,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use super::{JobContext, ParamError, Summary, WorkloadError, defaults};
-use crate::protocol::DeviceRef;
+use testbed_vocab::protocol::DeviceRef;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{DeviceRef, SampleChunk};
+use testbed_vocab::protocol::{DeviceRef, SampleChunk};
 
 // The registry: one entry per workload module, one line per kind in it.
 // Each type implements `WorkloadParams`, which says
@@ -277,4 +277,18 @@ pub fn latency_summary(prefix: &str, ns: &[f64], summary: &mut Summary) {
     put("p99_ns", h.value_at_quantile(0.99) as f64);
     put("p999_ns", h.value_at_quantile(0.999) as f64);
     put("max_ns", h.max() as f64);
+}
+
+/// `TESTBED_MOUNT_<NAME>`: where the agent mounted a device's file system
+/// (it sets it, workloads read it); the device name upper-cased, '-' and
+/// '.' as '_'.
+pub fn mount_env(device: &str) -> String {
+    let name: String = device
+        .chars()
+        .map(|c| match c {
+            '-' | '.' => '_',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect();
+    format!("TESTBED_MOUNT_{name}")
 }

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{JobContext, ParamError, Summary, WorkloadError, defaults, latency_summary};
-use crate::protocol::DeviceRef;
+use testbed_vocab::protocol::DeviceRef;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

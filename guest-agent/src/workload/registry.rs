@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::{JobContext, ParamError, Summary, WorkloadError};
-use crate::protocol::DeviceRef;
+use testbed_vocab::protocol::DeviceRef;
 
 /// One workload kind's parameter type: validation, the code that runs it,
 /// and what it needs from the host.

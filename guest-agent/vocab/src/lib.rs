@@ -21,5 +21,6 @@
 pub mod asam;
 pub mod asam_workflow;
 pub mod flight;
+pub mod protocol;
 pub mod request;
 pub mod taxi;

@@ -11,7 +11,6 @@
 //! ([`rng`]), so the files are byte-identical run to run.
 
 pub mod align;
-pub mod args;
 pub mod fastx;
 pub mod genome;
 pub mod input;

@@ -16,7 +16,7 @@ pub use testbed_vocab::request::flight::{GenomicsSendRequest, GenomicsServeReque
 /// Serves until SIGINT or SIGTERM; the first stdout line is a ServeReady
 /// whose `settings` holds the BAM address (`bam_listening`).
 pub fn serve(a: GenomicsServeRequest) -> anyhow::Result<()> {
-    crate::cli::runtime(None)?.block_on(async {
+    crate::runtime::runtime(None)?.block_on(async {
         let settings = TransportSettings::library_defaults();
         let cfg = ServerConfig {
             addr: a.addr.parse()?,
@@ -41,7 +41,7 @@ pub fn serve(a: GenomicsServeRequest) -> anyhow::Result<()> {
                 "tuned_transport": tuned_cfg.settings,
             }),
         };
-        crate::cli::announce_and_wait(&ready).await?;
+        crate::runtime::announce_and_wait(&ready).await?;
         drop(bam);
         flight.stop().await?;
         tuned.stop().await?;
@@ -62,7 +62,7 @@ pub fn send(a: GenomicsSendRequest) -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(a.connect_timeout_secs.max(0.001)),
         overlap: a.overlap,
     };
-    let rt = crate::cli::runtime(None)?;
+    let rt = crate::runtime::runtime(None)?;
     let table = testbed_asam::load::load_sam(&cfg.sam)
         .with_context(|| format!("loading {}", cfg.sam.display()))?;
     let mut lines = run(&cfg, &table, &rt)?;

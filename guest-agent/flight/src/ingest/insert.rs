@@ -12,9 +12,9 @@ use bytes::BytesMut;
 use tokio_postgres::Client;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::pgcopy::check_identifier;
 use crate::error::{FlightError, Result};
 use crate::query::libpq::pg_err;
+use crate::query::pgcopy::check_identifier;
 
 /// PostgreSQL takes at most 65 535 parameters per statement.
 const MAX_PARAMS: usize = 65_535;

@@ -11,7 +11,6 @@
 //! rows sorted the same way.
 
 pub mod insert;
-pub mod pgcopy;
 
 use std::path::Path;
 use std::process::Command;
@@ -127,43 +126,6 @@ fn odbc_types(columns: ColumnSet) -> String {
         .join(",")
 }
 
-/// The table options a bulk ingest may ask for: append to an existing
-/// table (ADBC's mode "append"). Creating, replacing or failing on an
-/// existing table is not offered, and says so.
-pub fn ingest_options(
-    cmd: &arrow_flight::sql::CommandStatementIngest,
-) -> std::result::Result<(), tonic::Status> {
-    use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
-    if cmd.temporary || cmd.transaction_id.is_some() {
-        return Err(tonic::Status::unimplemented(
-            "bulk ingest: temporary tables and transactions are not offered",
-        ));
-    }
-    if let Some(o) = &cmd.table_definition_options {
-        let exists =
-            TableExistsOption::try_from(o.if_exists).unwrap_or(TableExistsOption::Unspecified);
-        let missing = TableNotExistOption::try_from(o.if_not_exist)
-            .unwrap_or(TableNotExistOption::Unspecified);
-        let append = matches!(
-            exists,
-            TableExistsOption::Append | TableExistsOption::Unspecified
-        );
-        let no_create = matches!(
-            missing,
-            TableNotExistOption::Fail | TableNotExistOption::Unspecified
-        );
-        if !(append && no_create) {
-            return Err(tonic::Status::unimplemented(format!(
-                "bulk ingest: only appending to an existing table is offered (asked: if_exists \
-                 {}, if_not_exist {})",
-                exists.as_str_name(),
-                missing.as_str_name()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Our Flight SQL client's bulk ingest into `addr`'s table, appending.
 async fn flight_ingest(
     addr: &str,
@@ -262,7 +224,7 @@ pub fn run(a: &IngestRequest) -> Result<Vec<Measurement>> {
                     IngestClient::CopyBinary => rt.block_on(async {
                         let c = libpq::connect(&conn).await?;
                         let stream = futures::stream::iter(input.clone().into_iter().map(Ok));
-                        pgcopy::copy_in(&c, TABLE, stream).await
+                        crate::query::pgcopy::copy_in(&c, TABLE, stream).await
                     }),
                     IngestClient::InsertBatched => rt.block_on(async {
                         let mut c = libpq::connect(&conn).await?;

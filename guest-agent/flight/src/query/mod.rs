@@ -10,6 +10,7 @@ pub mod libpq;
 pub mod odbc;
 pub mod pg;
 pub mod pgarrow;
+pub mod pgcopy;
 pub mod pgwire;
 pub mod serve;
 pub mod sqlauth;

@@ -75,7 +75,7 @@ pub fn run_cli(a: &SqlServeArgs) -> anyhow::Result<()> {
         SourceKind::Postgres => Some(pg::PgCluster::start(dir.path())?),
         SourceKind::Parquet | SourceKind::Datafusion => None,
     };
-    let rt = crate::cli::runtime(None)?;
+    let rt = crate::runtime::runtime(None)?;
     let served = rt.block_on(async {
         let parquet = dir.path().join(format!("{}.parquet", taxi::TABLE));
         let source = match (&pg, a.source) {

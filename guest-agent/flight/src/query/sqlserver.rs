@@ -424,13 +424,13 @@ impl FlightSqlService for SqlService {
                 "bulk ingest is served over PostgreSQL only (this source is read-only)",
             ));
         };
-        super::super::ingest::ingest_options(&cmd)?;
+        ingest_options(&cmd)?;
         let data = request
             .into_inner()
             .map_err(|s| AfError::Tonic(Box::new(s)));
         let batches = FlightRecordBatchStream::new_from_flight_data(data)
             .map_err(|e| FlightError::Other(format!("ingest stream: {e}")));
-        let rows = super::super::ingest::pgcopy::copy_in(&pg.client, &cmd.table, batches)
+        let rows = super::pgcopy::copy_in(&pg.client, &cmd.table, batches)
             .await
             .map_err(|e| match e {
                 FlightError::Param(m) => Status::invalid_argument(m),
@@ -616,4 +616,41 @@ pub async fn fetch(
         }
     }
     Ok(c)
+}
+
+/// The table options a bulk ingest may ask for: append to an existing
+/// table (ADBC's mode "append"). Creating, replacing or failing on an
+/// existing table is not offered, and says so.
+pub fn ingest_options(
+    cmd: &arrow_flight::sql::CommandStatementIngest,
+) -> std::result::Result<(), tonic::Status> {
+    use arrow_flight::sql::{TableExistsOption, TableNotExistOption};
+    if cmd.temporary || cmd.transaction_id.is_some() {
+        return Err(tonic::Status::unimplemented(
+            "bulk ingest: temporary tables and transactions are not offered",
+        ));
+    }
+    if let Some(o) = &cmd.table_definition_options {
+        let exists =
+            TableExistsOption::try_from(o.if_exists).unwrap_or(TableExistsOption::Unspecified);
+        let missing = TableNotExistOption::try_from(o.if_not_exist)
+            .unwrap_or(TableNotExistOption::Unspecified);
+        let append = matches!(
+            exists,
+            TableExistsOption::Append | TableExistsOption::Unspecified
+        );
+        let no_create = matches!(
+            missing,
+            TableNotExistOption::Fail | TableNotExistOption::Unspecified
+        );
+        if !(append && no_create) {
+            return Err(tonic::Status::unimplemented(format!(
+                "bulk ingest: only appending to an existing table is offered (asked: if_exists \
+                 {}, if_not_exist {})",
+                exists.as_str_name(),
+                missing.as_str_name()
+            )));
+        }
+    }
+    Ok(())
 }

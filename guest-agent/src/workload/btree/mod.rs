@@ -253,7 +253,7 @@ fn put_fio_comparison(
 impl super::WorkloadParams for BtreeParams {
     fn validate(
         &self,
-        devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), super::ParamError> {
         BtreeParams::validate(self, devices)
     }

@@ -11,7 +11,7 @@ use super::layout::{Layout, MAX_DEPTH, fanout, max_keys};
 use super::lookup::{Plan, TreePlan};
 use super::lookup_ring::MAX_BATCH;
 use super::synthetic::Chain;
-use crate::protocol::DeviceRef;
+use testbed_vocab::protocol::DeviceRef;
 use crate::workload::{ParamError, defaults};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::descriptor::descriptor_offset;
 use super::layout::Layout;
 use super::*;
-use crate::protocol::{DeviceRef, SampleChunk};
+use testbed_vocab::protocol::{DeviceRef, SampleChunk};
 use crate::workload::{VecSink, Workload};
 
 const DEV_SIZE: u64 = 8 << 20;

@@ -652,7 +652,7 @@ pub fn run_with_binary(
 impl crate::workload::WorkloadParams for FlightBulkParams {
     fn validate(
         &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), ParamError> {
         FlightBulkParams::validate(self)
     }
@@ -857,7 +857,7 @@ mod tests {
         assert_eq!(s["latency_sample_stride"], 1);
     }
 
-    fn run_with_real_binary(p: FlightBulkParams) -> (Summary, Vec<crate::protocol::SampleChunk>) {
+    fn run_with_real_binary(p: FlightBulkParams) -> (Summary, Vec<testbed_vocab::protocol::SampleChunk>) {
         let sink = Arc::new(VecSink::default());
         let s = run_with_binary(&p, &ctx(3, sink.clone()), &super::super::real_binary()).unwrap();
         let chunks = sink.0.lock().unwrap().clone();

@@ -441,7 +441,7 @@ fn link_shares(s: &mut Summary, link_mb_per_s: f64) {
 impl crate::workload::WorkloadParams for FlightGenomicsParams {
     fn validate(
         &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), ParamError> {
         FlightGenomicsParams::validate(self)
     }

@@ -179,7 +179,7 @@ fn record(
 impl crate::workload::WorkloadParams for FlightIngestParams {
     fn validate(
         &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), ParamError> {
         FlightIngestParams::validate(self)
     }

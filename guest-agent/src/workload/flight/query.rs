@@ -178,7 +178,7 @@ fn record(
 impl crate::workload::WorkloadParams for FlightQueryParams {
     fn validate(
         &self,
-        _devices: &BTreeMap<String, crate::protocol::DeviceRef>,
+        _devices: &BTreeMap<String, testbed_vocab::protocol::DeviceRef>,
     ) -> Result<(), ParamError> {
         FlightQueryParams::validate(self)
     }

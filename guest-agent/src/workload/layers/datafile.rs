@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::agent::rootfs::mount_env;
+use crate::workload::mount_env;
 use crate::workload::WorkloadError;
 
 /// ext4's superblock magic as statfs reports it.

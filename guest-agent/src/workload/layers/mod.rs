@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::randread::{AlignedBuf, open_direct};
 use super::{JobContext, MetricInfo, Needs, ParamError, Summary, WorkloadError, WorkloadParams};
-use crate::protocol::DeviceRef;
+use testbed_vocab::protocol::DeviceRef;
 use events::{LAYERS, LAYERS_BLOCK_DEVICE, Layers, Unattributed, Window};
 pub use tracer::ReadPath;
 
@@ -241,7 +241,7 @@ fn run(p: &LayerLatencyParams, ctx: &JobContext) -> Result<Summary, WorkloadErro
         }
         ReadPath::BlockDevice => {
             // The namespace's first MiBs are overwritten: never a mounted one.
-            if std::env::var_os(crate::agent::rootfs::mount_env(&p.device)).is_some() {
+            if std::env::var_os(crate::workload::mount_env(&p.device)).is_some() {
                 return Err(WorkloadError::Device {
                     name: p.device.clone(),
                     reason: "it holds a mounted file system, which read_path = \"block-device\" would overwrite: use an unformatted device".into(),

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 pub use testbed_vocab::request::asam::PrepareRequest;
 
-use super::{DataSpec, sizes};
-use crate::prepare::{Prepared, UserInput, prepare_generated, prepare_user};
+use super::{Prepared, UserInput, prepare_generated, prepare_user};
+use crate::data::{DataSpec, sizes};
 use crate::{AsamError, Result};
 
 fn size(a: &PrepareRequest) -> &str {
@@ -91,8 +91,8 @@ pub fn run(a: &PrepareRequest) -> Result<Prepared> {
 mod tests {
     use clap::Parser;
 
-    use super::super::Mode;
     use super::*;
+    use crate::data::Mode;
 
     #[derive(Parser)]
     struct Cli {
@@ -128,7 +128,7 @@ mod tests {
         let s = spec(&a).unwrap();
         assert_eq!((s.name.as_str(), s.contigs, s.seed), ("large", 2, 7));
         assert_eq!((s.coverage, s.dup_rate), (3.0, 0.2));
-        let chr1 = super::super::genome::contig_lengths(s.scale, 1)[0].1;
+        let chr1 = crate::data::genome::contig_lengths(s.scale, 1)[0].1;
         assert_eq!(chr1, 20_000);
         assert!(user_input(&a).unwrap().is_none());
 

@@ -8,6 +8,8 @@
 //! crash leaves no entry that looks finished; a lock file serialises two
 //! processes asking for the same entry.
 
+pub mod request;
+
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
