@@ -144,18 +144,7 @@ pub struct GenomicsLine {
 }
 
 /// The names of `query --clients` (`query::QueryClient` serialised).
-pub const QUERY_CLIENTS: [&str; 10] = [
-    "odbc-row",
-    "odbc-block",
-    "tokio-postgres",
-    "flight-sql",
-    "flight-sql-rows",
-    "flight-sql-parquet",
-    "datafusion-flight-sql",
-    "datafusion-pgwire-tokio-postgres",
-    "datafusion-pgwire-odbc-row",
-    "datafusion-pgwire-odbc-block",
-];
+pub const QUERY_CLIENTS: [&str; 10] = crate::request::flight::QueryClient::NAMES;
 
 /// One line of `ingest --json`: one client writing N rows into the engine
 /// once, its time from connect to the last row committed, and whether the
@@ -180,16 +169,10 @@ pub struct IngestLine<Client = String> {
 }
 
 /// The names of `ingest --clients` (`ingest::IngestClient` serialised).
-pub const INGEST_CLIENTS: [&str; 5] = [
-    "flight-sql-ingest",
-    "adbc-ingest",
-    "copy-binary",
-    "insert-batched",
-    "odbc-array",
-];
+pub const INGEST_CLIENTS: [&str; 5] = crate::request::flight::IngestClient::NAMES;
 
 /// The names of `query --columns` (`query::columns::ColumnSet`).
-pub const QUERY_COLUMN_SETS: [&str; 4] = ["taxi", "ints", "strings-short", "strings-long"];
+pub const QUERY_COLUMN_SETS: [&str; 4] = crate::request::flight::ColumnSet::NAMES;
 
 #[cfg(test)]
 mod tests {

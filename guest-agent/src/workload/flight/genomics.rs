@@ -26,7 +26,7 @@ use crate::workload::asam::{AsamPreprocParams, asam_binary, prepare_dataset};
 use crate::workload::{JobContext, ParamError, Summary, WorkloadError, defaults, registry};
 
 /// The pipelines `genomics-send --pipelines` knows.
-pub const PIPELINES: [&str; 3] = ["flight", "flight-tuned", "bam"];
+pub const PIPELINES: [&str; 3] = Pipeline::NAMES;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -58,6 +58,9 @@ macro_rules! named_enum {
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),*];
 
+            /// The names, in `ALL`'s order.
+            pub const NAMES: [&'static str; [$($text),*].len()] = [$($text),*];
+
             pub fn name(self) -> &'static str {
                 match self {
                     $($name::$variant => $text,)*
