@@ -535,20 +535,27 @@ fn an_upward_import_is_named_with_its_file_and_line() {
 }
 
 /// `code` (comments and strings already blanked) with the items under
-/// `#[cfg(test)]` blanked too: a crate's tests may reach any of its
+/// `#[cfg(test)]` (or a `cfg` naming `test` among others) blanked too: a crate's tests may reach any of its
 /// modules.
 fn without_test_items(code: &str) -> String {
     let c: Vec<char> = code.chars().collect();
-    let key: Vec<char> = "#[cfg(test)]".chars().collect();
+    let key: Vec<char> = "#[cfg(".chars().collect();
     let mut out = c.clone();
     let mut i = 0;
     while i < c.len() {
-        if !c[i..].starts_with(&key) {
+        // `#[cfg(test)]`, `#[cfg(all(test, …))]`: an attribute naming test.
+        let attr_end = c[i..]
+            .starts_with(&key)
+            .then(|| (i..c.len()).find(|&k| c[k] == ']').unwrap_or(c.len()));
+        let Some(attr_end) = attr_end.filter(|&e| {
+            let attr: String = c[i..e].iter().collect();
+            !attr.contains("not(") && attr.split(|ch: char| !is_ident(ch)).any(|w| w == "test")
+        }) else {
             i += 1;
             continue;
-        }
+        };
         // The item the attribute is on: up to its `;`, or its braces.
-        let mut j = i + key.len();
+        let mut j = attr_end;
         while j < c.len() && c[j] != '{' && c[j] != ';' {
             j += 1;
         }
