@@ -586,21 +586,29 @@ fn without_test_items(code: &str) -> String {
     out.into_iter().collect()
 }
 
+/// The top-level module a file of a crate without layer folders belongs
+/// to (`a.rs`, `a/mod.rs` and `a/b.rs` → `a`).
+fn top_module(rel: &Path) -> Option<String> {
+    rel.components().next().map(|c| {
+        c.as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string()
+    })
+}
+
+fn is_crate_root(rel: &Path) -> bool {
+    matches!(rel.to_str(), Some("lib.rs" | "main.rs"))
+}
+
 /// The top-level modules of the crate whose sources are `files` (path
 /// relative to its `src`, source), each with the others its code (not its
 /// tests) names by a path from the crate root.
 fn module_graph(
     files: &[(PathBuf, String)],
 ) -> BTreeMap<String, std::collections::BTreeSet<String>> {
-    let top = |rel: &Path| {
-        rel.components().next().map(|c| {
-            c.as_os_str()
-                .to_string_lossy()
-                .trim_end_matches(".rs")
-                .to_string()
-        })
-    };
-    let roots = |rel: &Path| matches!(rel.to_str(), Some("lib.rs" | "main.rs"));
+    let top = top_module;
+    let roots = is_crate_root;
     let mut graph: BTreeMap<String, std::collections::BTreeSet<String>> = files
         .iter()
         .filter(|(rel, _)| !roots(rel))
@@ -665,22 +673,9 @@ fn crate_files(src: &Path) -> Vec<(PathBuf, String)> {
 
 #[test]
 fn no_guest_crate_has_an_import_loop_between_its_modules() {
-    let guest = src_dir()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("guest-agent");
     let mut found = Vec::new();
-    for krate in [
-        "src",
-        "flight/src",
-        "asam/src",
-        "vocab/src",
-        "proc/src",
-        "odbc/src",
-    ] {
-        let files = crate_files(&guest.join(krate));
+    for (krate, _) in GUEST_CRATES {
+        let files = crate_files(&guest_dir().join(krate));
         assert!(!files.is_empty(), "guest-agent/{krate}: no source read");
         let graph = module_graph(&files);
         for l in import_loops(&graph) {
@@ -727,4 +722,159 @@ fn a_planted_loop_is_found_and_a_tests_import_is_not_one() {
     assert!(import_loops(&module_graph(&files(""))).is_empty());
     let graph = module_graph(&files(""));
     assert!(graph["c"].is_empty() && graph["b"].is_empty(), "{graph:?}");
+}
+
+/// The guest crates, each with its source folder below guest-agent/ and
+/// the file that declares its modules.
+const GUEST_CRATES: [(&str, &str); 6] = [
+    ("src", "lib.rs"),
+    ("flight/src", "lib.rs"),
+    ("asam/src", "lib.rs"),
+    ("vocab/src", "lib.rs"),
+    ("proc/src", "lib.rs"),
+    ("odbc/src", "main.rs"),
+];
+
+fn guest_dir() -> PathBuf {
+    src_dir()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("guest-agent")
+}
+
+/// A guest crate's layers, lowest first: the `//! - NAME: modules` lines
+/// that follow the line of its root's doc saying "Layers, lowest first"
+/// (the root's other `//! - ` lists are not layers). Empty if it has none.
+fn guest_layer_table(root: &str) -> Vec<(String, Vec<String>)> {
+    let lines: Vec<&str> = root
+        .lines()
+        .skip_while(|l| !l.contains("Layers, lowest first"))
+        .skip_while(|l| !l.starts_with("//! - "))
+        .take_while(|l| l.starts_with("//! - "))
+        .collect();
+    layer_table(&lines.join("\n"))
+}
+
+/// The imports in a guest crate's `files` (path relative to its `src`,
+/// source) that break `table`'s layering, one message each: a module in no
+/// layer, a path (outside test items) into a higher layer.
+fn guest_upward_imports(
+    krate: &str,
+    table: &[(String, Vec<String>)],
+    files: &[(PathBuf, String)],
+) -> Vec<String> {
+    let layer: BTreeMap<&str, (usize, &str)> = table
+        .iter()
+        .enumerate()
+        .flat_map(|(n, (name, mods))| mods.iter().map(move |m| (m.as_str(), (n, name.as_str()))))
+        .collect();
+    let mut errors = Vec::new();
+    for (rel, src) in files.iter().filter(|(rel, _)| !is_crate_root(rel)) {
+        let Some(me) = top_module(rel) else { continue };
+        let Some(&(mine, my_name)) = layer.get(me.as_str()) else {
+            errors.push(format!(
+                "{krate}/{}: module `{me}` is in no layer",
+                rel.display()
+            ));
+            continue;
+        };
+        let code = without_test_items(&code_only(src));
+        for imp in crate_paths(&code, file_depth(rel)) {
+            if let Some(&(theirs, their_name)) = layer.get(imp.module.as_str())
+                && theirs > mine
+            {
+                errors.push(format!(
+                    "{krate}/{}:{}: `{}`: {me} (layer {my_name}) imports {} (layer {their_name}), a higher layer",
+                    rel.display(),
+                    imp.line,
+                    imp.path,
+                    imp.module
+                ));
+            }
+        }
+    }
+    errors
+}
+
+#[test]
+fn every_guest_crate_with_modules_has_layers_and_no_import_climbs_them() {
+    let mut errors = Vec::new();
+    for (krate, root) in GUEST_CRATES {
+        let src = guest_dir().join(krate);
+        let root_rs = read(&src.join(root));
+        let table = guest_layer_table(&root_rs);
+        let mut declared = declared_modules(&root_rs);
+        if table.is_empty() {
+            // One module cannot import a higher one: no table needed.
+            assert!(
+                declared.len() <= 1,
+                "guest-agent/{krate}/{root}: {} modules and no \"Layers, lowest first\" table in its doc",
+                declared.len()
+            );
+            continue;
+        }
+        let mut listed: Vec<String> = table.iter().flat_map(|(_, m)| m.clone()).collect();
+        listed.sort();
+        declared.sort();
+        assert_eq!(
+            listed, declared,
+            "guest-agent/{krate}/{root}: its layer table lists each module it declares, once"
+        );
+        let files = crate_files(&src);
+        errors.extend(guest_upward_imports(
+            &format!("guest-agent/{krate}"),
+            &table,
+            &files,
+        ));
+    }
+    assert!(
+        errors.is_empty(),
+        "imports from a higher layer (each crate's table: its lib.rs doc):\n{}",
+        errors.join("\n")
+    );
+}
+
+#[test]
+fn a_planted_upward_import_in_a_guest_crate_is_named_with_its_file_and_line() {
+    let root = "//! Doc.\n//! - [`a`]: not a layer\n//!\n//! Layers, lowest first:\n\
+                //! - base: a\n//! - top: b, c\n\npub mod a;\npub mod b;\npub mod c;\n";
+    let table = guest_layer_table(root);
+    assert_eq!(
+        table,
+        vec![
+            ("base".to_string(), vec!["a".to_string()]),
+            ("top".to_string(), vec!["b".to_string(), "c".to_string()]),
+        ]
+    );
+    let files = |a_src: &str| {
+        vec![
+            (PathBuf::from("lib.rs"), root.to_string()),
+            (PathBuf::from("a/mod.rs"), a_src.to_string()),
+            (
+                PathBuf::from("b.rs"),
+                "use crate::a::f;\nuse crate::c::g;\n".to_string(),
+            ),
+            (
+                PathBuf::from("c.rs"),
+                "pub fn g() {}\n#[cfg(test)]\nmod tests {\n    use crate::b;\n}\n".to_string(),
+            ),
+        ]
+    };
+    // Downward and sideways imports, and a test's, pass.
+    assert_eq!(
+        guest_upward_imports("k", &table, &files("pub fn f() {}\n")),
+        Vec::<String>::new()
+    );
+    // a (base) reaching b (top), from a file below a/: named with its line.
+    let mut planted = files("pub fn f() {}\n");
+    planted.push((
+        PathBuf::from("a/inner.rs"),
+        "// crate::b in a comment\nfn h() { super::super::b::x() }\n".to_string(),
+    ));
+    assert_eq!(
+        guest_upward_imports("k", &table, &planted),
+        vec!["k/a/inner.rs:2: `super::super::b::x`: a (layer base) imports b (layer top), a higher layer".to_string()]
+    );
 }

@@ -4,6 +4,15 @@
 //! this against Picard, Sambamba and samtools on the same aligned reads.
 //!
 //! [`cli`] holds the `testbed asam ...` / `testbed-asam ...` commands.
+//!
+//! Layers, lowest first (a module uses its own layer and lower ones;
+//! orchestrator/tests/layers.rs checks every `crate::` path against this):
+//! - base: cigar, cpu, optical, peak, schema, store, tools, vcf
+//! - records: load, sort, bam_in, sam_text, bam_out
+//! - stages: markdup, bqsr, call, data, prepare, vcfscore
+//! - measuring: metrics, gates, testdata
+//! - runs: bench, workflow, cli_extra
+//! - commands: cli
 
 pub mod bam_in;
 pub mod bam_out;

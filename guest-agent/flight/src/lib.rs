@@ -18,6 +18,15 @@
 //! unixodbc unixodbc-dev` for `query`. Its ODBC clients are a binary of
 //! their own, `testbed-odbc` (guest-agent/odbc: libodbc is linked
 //! dynamically and dlopens psqlODBC, which a static binary cannot).
+//!
+//! Layers, lowest first (a module uses its own layer and lower ones;
+//! orchestrator/tests/layers.rs checks every `crate::` path against this):
+//! - base: error, runtime, settings
+//! - wire: addr, codec, data, lines, pins, private, tls, transport, pyarrow
+//! - measuring: cpu
+//! - roles: bench, server
+//! - workloads: genomics, query, ingest
+//! - commands: cli
 
 pub mod addr;
 pub mod bench;

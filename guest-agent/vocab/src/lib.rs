@@ -17,6 +17,11 @@
 //! - [`flight`]: `testbed-flight serve`, `bench --json`, `query --json`.
 //! - [`asam`]: `testbed-asam prepare`, `bench-preproc --json`.
 //! - [`asam_workflow`]: `testbed-asam workflow --json`.
+//!
+//! Layers, lowest first (a module uses its own layer and lower ones;
+//! orchestrator/tests/layers.rs checks every `crate::` path against this):
+//! - requests: protocol, request
+//! - lines: asam, asam_workflow, flight, taxi
 
 pub mod asam;
 pub mod asam_workflow;

@@ -13,6 +13,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::layout::{VALUE_SIZE, value_bytes};
+use super::engine::LookupEngine;
 use super::lookup::{Plan, TreePlan};
 use super::recorder::{Recorder, ns_since};
 use super::synthetic::Chain;
@@ -252,12 +253,15 @@ impl HookEngine {
         })
     }
 
-    pub fn take_kernel_hops(&mut self) -> u64 {
+}
+
+impl LookupEngine for HookEngine {
+    fn take_kernel_hops(&mut self) -> u64 {
         std::mem::take(&mut self.kernel_hops)
     }
 
     /// Runs `n` lookups back to back.
-    pub fn run(
+    fn run(
         &mut self,
         plan: &Plan,
         rng: &mut ChaCha8Rng,

@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use super::engine_hook::{
     ChainJob, HookMode, begin, load_program, read_size, syscall_error, tree_seed,
 };
+use super::engine::LookupEngine;
 use super::lookup::Plan;
 use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
 use super::recorder::{Recorder, ns_since};
@@ -70,12 +71,15 @@ impl HookUringEngine {
         })
     }
 
-    pub fn take_kernel_hops(&mut self) -> u64 {
+}
+
+impl LookupEngine for HookUringEngine {
+    fn take_kernel_hops(&mut self) -> u64 {
         std::mem::take(&mut self.kernel_hops)
     }
 
     /// Runs `n` lookups, at most `batch` in flight.
-    pub fn run(
+    fn run(
         &mut self,
         plan: &Plan,
         rng: &mut ChaCha8Rng,

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use rand_chacha::ChaCha8Rng;
 
+use super::engine::LookupEngine;
 use super::lookup::{MAX_HOPS, Plan};
 use super::recorder::{Recorder, ns_since};
 use super::target::{Target, direct_buf};
@@ -25,8 +26,11 @@ impl ReadEngine {
         })
     }
 
+}
+
+impl LookupEngine for ReadEngine {
     /// Runs `n` lookups back to back.
-    pub fn run(
+    fn run(
         &mut self,
         plan: &Plan,
         rng: &mut ChaCha8Rng,

@@ -10,6 +10,7 @@ use std::time::Instant;
 use io_uring::{opcode, squeue, types};
 use rand_chacha::ChaCha8Rng;
 
+use super::engine::LookupEngine;
 use super::lookup::{Lookup, MAX_HOPS, Plan};
 use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
 use super::nvme_passthru::{Namespace, check_completion};
@@ -96,23 +97,6 @@ impl UringEngine {
         Ok(engine)
     }
 
-    /// The ring's SQPOLL kernel thread, when it has one.
-    pub fn sq_thread(&self) -> Option<i32> {
-        self.ring.sq_thread()
-    }
-
-    /// Runs `n` lookups, at most `batch` in flight.
-    pub fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError> {
-        let slots = self.slots.len();
-        run_closed_loop(self, slots, plan, rng, n, rec)
-    }
-
     /// Queues the read the lookup in `slot` asks for.
     fn push(&mut self, slot: usize) -> Result<(), WorkloadError> {
         let io = self
@@ -147,6 +131,25 @@ impl UringEngine {
         // SAFETY: the buffer belongs to this slot alone and outlives the read:
         // the closed loop reaps every queued read before returning.
         unsafe { self.ring.push(&entry.user_data(slot as u64)) }
+    }
+}
+
+impl LookupEngine for UringEngine {
+    /// The ring's SQPOLL kernel thread, when it has one.
+    fn helper_thread(&self) -> Option<i32> {
+        self.ring.sq_thread()
+    }
+
+    /// Runs `n` lookups, at most `batch` in flight.
+    fn run(
+        &mut self,
+        plan: &Plan,
+        rng: &mut ChaCha8Rng,
+        n: u64,
+        rec: &mut Recorder,
+    ) -> Result<(), WorkloadError> {
+        let slots = self.slots.len();
+        run_closed_loop(self, slots, plan, rng, n, rec)
     }
 }
 

@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use super::params::Engine;
 use super::recorder::Recorder;
 use super::report::key;
-use super::runner::{Instance, RunConfig, ThreadOutcome};
+use super::engine;
+use super::runner::{RunConfig, ThreadOutcome};
 use crate::workload::{Summary, WorkloadError};
 
 /// Mixed into the job seed so the cross-check keys differ from the measured ones.
@@ -21,7 +22,7 @@ const CROSS_SEED: u64 = 0x00c4_05c4_ec4e_d000;
 pub fn cross_check(cfg: &RunConfig, n: u64, summary: &mut Summary) -> Result<(), WorkloadError> {
     let hops = cfg.plan.ios_per_lookup() as usize;
     for &engine in cfg.engines {
-        let mut inst = Instance::open(engine, cfg)?;
+        let mut inst = engine::open(engine, cfg.path, cfg.plan, cfg.uring)?;
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ CROSS_SEED);
         let mut rec = Recorder::new(hops, u64::MAX)?;
         inst.run(cfg.plan, &mut rng, n, &mut rec).map_err(|e| {

@@ -10,6 +10,7 @@ pub mod bio_count;
 pub mod build;
 pub mod cpu;
 pub mod descriptor;
+pub mod engine;
 pub mod engine_hook;
 pub mod engine_hook_uring;
 pub mod engine_read;

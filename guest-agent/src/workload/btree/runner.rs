@@ -14,10 +14,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::bio_count::BioCounter;
 use super::cpu::{CpuTimes, GuestCpu, other_thread_cpu, thread_cpu};
-use super::engine_hook::{HookEngine, HookMode};
-use super::engine_hook_uring::HookUringEngine;
-use super::engine_read::ReadEngine;
-use super::engine_uring::{UringEngine, UringOptions};
+use super::engine;
+use super::engine_uring::UringOptions;
 use super::lookup::Plan;
 use super::params::Engine;
 use super::recorder::Recorder;
@@ -120,94 +118,6 @@ pub struct ThreadOutcome {
     pub peer_reports: Vec<FioReport>,
 }
 
-pub(super) enum Instance {
-    Read(ReadEngine),
-    // Boxed: a ring is much larger than a read engine.
-    Uring(Box<UringEngine>),
-    Hook(HookEngine),
-    HookUring(Box<HookUringEngine>),
-}
-
-impl Instance {
-    pub(super) fn open(engine: Engine, cfg: &RunConfig) -> Result<Self, WorkloadError> {
-        let (path, plan, batch) = (cfg.path, cfg.plan, cfg.uring.batch);
-        Ok(match engine {
-            Engine::Read => Instance::Read(ReadEngine::open(path, plan)?),
-            Engine::IoUring => Instance::Uring(Box::new(UringEngine::open(path, plan, cfg.uring)?)),
-            Engine::IoUringPoll | Engine::NvmePassthru | Engine::NvmePassthruPoll => {
-                // Only the registered buffers carry over from the io-uring
-                // options, and not to passthrough (its commands carry the
-                // buffer's address).
-                let passthru = engine.passes_through();
-                let opts = UringOptions {
-                    sqpoll: false,
-                    iopoll: engine.polls(),
-                    passthru,
-                    registered_buffers: cfg.uring.registered_buffers && !passthru,
-                    ..cfg.uring
-                };
-                Instance::Uring(Box::new(UringEngine::open(path, plan, opts)?))
-            }
-            Engine::IoUringSqpoll => {
-                let opts = UringOptions {
-                    sqpoll: true,
-                    registered_buffers: true,
-                    registered_file: true,
-                    ..cfg.uring
-                };
-                Instance::Uring(Box::new(UringEngine::open(path, plan, opts)?))
-            }
-            Engine::SyscallHook => Instance::Hook(HookEngine::open(path, plan, HookMode::Syscall)?),
-            Engine::NvmeHook => Instance::Hook(HookEngine::open(path, plan, HookMode::Nvme)?),
-            Engine::SyscallHookUring => Instance::HookUring(Box::new(HookUringEngine::open(
-                path,
-                plan,
-                HookMode::Syscall,
-                batch,
-            )?)),
-            Engine::NvmeHookUring => Instance::HookUring(Box::new(HookUringEngine::open(
-                path,
-                plan,
-                HookMode::Nvme,
-                batch,
-            )?)),
-        })
-    }
-
-    /// A kernel thread that works for this engine outside its lookup
-    /// threads (the SQPOLL poller), whose CPU time is the engine's too.
-    pub(super) fn helper_thread(&self) -> Option<i32> {
-        match self {
-            Instance::Uring(e) => e.sq_thread(),
-            Instance::Read(_) | Instance::Hook(_) | Instance::HookUring(_) => None,
-        }
-    }
-
-    /// Reads done in the kernel since the last call (hook engines).
-    pub(super) fn take_kernel_hops(&mut self) -> u64 {
-        match self {
-            Instance::Hook(e) => e.take_kernel_hops(),
-            Instance::HookUring(e) => e.take_kernel_hops(),
-            Instance::Read(_) | Instance::Uring(_) => 0,
-        }
-    }
-
-    pub(super) fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError> {
-        match self {
-            Instance::Read(e) => e.run(plan, rng, n, rec),
-            Instance::Uring(e) => e.run(plan, rng, n, rec),
-            Instance::Hook(e) => e.run(plan, rng, n, rec),
-            Instance::HookUring(e) => e.run(plan, rng, n, rec),
-        }
-    }
-}
-
 /// Runs all threads; the first error of any thread fails the whole run.
 pub fn run_threads(cfg: &RunConfig) -> Result<Vec<ThreadOutcome>, WorkloadError> {
     let barrier = Barrier::new(cfg.threads as usize);
@@ -252,7 +162,7 @@ fn thread_main(
     for &engine in cfg.engines {
         match (
             Recorder::new(hops, cfg.sample_every),
-            Instance::open(engine, cfg),
+            engine::open(engine, cfg.path, cfg.plan, cfg.uring),
         ) {
             (Ok(rec), Ok(inst)) => {
                 tallies.push(EngineTally {

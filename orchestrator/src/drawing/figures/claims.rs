@@ -11,14 +11,11 @@
 
 use serde::Serialize;
 
-use super::def::{
-    At, Better, Bounds, ClaimCheck, ClaimDef, ClaimKind, Direction, FigureDef, GainRemaining,
-    Place, RatioAt,
-};
+use super::claim_kinds::{At, Bounds, ClaimKind, Place};
+use super::def::{Better, ClaimDef, FigureDef};
 use super::extract::{PanelData, Series, SeriesPoint, fmt_num};
 use super::interval::{self, Interval, Method};
-use super::quantity::{self, Joint, Shape};
-use super::stats::{self, Rep};
+use super::quantity::Joint;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -119,7 +116,7 @@ impl ClaimResult {
     }
 }
 
-fn used(s: &Series, p: &SeriesPoint) -> Used {
+pub(super) fn used(s: &Series, p: &SeriesPoint) -> Used {
     Used {
         series: s.key.clone(),
         x: p.x.label(),
@@ -131,7 +128,7 @@ fn used(s: &Series, p: &SeriesPoint) -> Used {
 }
 
 /// "1.21 [1.15–1.30]" with the unit.
-fn show(p: &SeriesPoint, unit: &str) -> String {
+pub(super) fn show(p: &SeriesPoint, unit: &str) -> String {
     let u = if unit.is_empty() {
         String::new()
     } else {
@@ -149,32 +146,32 @@ fn show(p: &SeriesPoint, unit: &str) -> String {
 }
 
 #[derive(Clone, Copy)]
-struct Ctx<'a> {
-    claim: &'a ClaimDef,
-    data: &'a PanelData,
-    unit: &'a str,
-    better: Option<Better>,
+pub(super) struct Ctx<'a> {
+    pub claim: &'a ClaimDef,
+    pub data: &'a PanelData,
+    pub unit: &'a str,
+    pub better: Option<Better>,
     /// The confidence each part is decided at: 95 % shared by Bonferroni
     /// among the series a claim checks.
-    level: f64,
+    pub level: f64,
 }
 
 /// A claim's quantity with its interval, and what that says.
 #[derive(Debug, Clone)]
-struct Decided {
+pub(super) struct Decided {
     /// Holds, DoesNotHold or Undecided.
-    verdict: Verdict,
-    quantity: String,
-    estimate: f64,
-    interval: Option<(f64, f64)>,
+    pub verdict: Verdict,
+    pub quantity: String,
+    pub estimate: f64,
+    pub interval: Option<(f64, f64)>,
     /// The interval's method, confidence and units, and how its points
     /// were combined.
-    how: Option<(Interval, String)>,
-    bounds: Bounds,
-    n: usize,
-    needed: Option<usize>,
+    pub how: Option<(Interval, String)>,
+    pub bounds: Bounds,
+    pub n: usize,
+    pub needed: Option<usize>,
     /// Why it is undecided, in words.
-    note: Option<String>,
+    pub note: Option<String>,
 }
 
 /// Relative distance under which an estimate counts as on its bound.
@@ -203,7 +200,7 @@ fn units_needed(n: usize, half: f64, dist: f64, level: f64) -> Option<usize> {
 /// Holds when the whole interval is inside `bounds`, does not hold when
 /// the whole interval is outside, undecided otherwise or with no interval
 /// (`interval` then says why).
-fn judge(
+pub(super) fn judge(
     quantity: String,
     estimate: f64,
     interval: Result<Joint, String>,
@@ -298,16 +295,22 @@ fn rank(d: &Decided) -> (u8, f64) {
 }
 
 /// Per-series outcome: `decided` None = not measurable for this series.
-struct Part {
-    series: String,
-    decided: Option<Decided>,
-    words: String,
-    values: Vec<Used>,
+pub(super) struct Part {
+    pub series: String,
+    pub decided: Option<Decided>,
+    pub words: String,
+    pub values: Vec<Used>,
 }
 
 /// One interval from several points' intervals of the same claim: what
 /// a maximum, a minimum or the weakest step is decided on.
-fn combined(parts: &[Interval], lo: f64, hi: f64, level: f64, how: &'static str) -> Joint {
+pub(super) fn combined(
+    parts: &[Interval],
+    lo: f64,
+    hi: f64,
+    level: f64,
+    how: &'static str,
+) -> Joint {
     let method = parts.first().map_or(Method::Box, |p| p.method);
     let same = parts.iter().all(|p| p.method == method);
     Joint {
@@ -323,7 +326,7 @@ fn combined(parts: &[Interval], lo: f64, hi: f64, level: f64, how: &'static str)
 }
 
 /// "a [lo–hi]" of an interval.
-fn show_interval(v: f64, iv: Option<(f64, f64)>) -> String {
+pub(super) fn show_interval(v: f64, iv: Option<(f64, f64)>) -> String {
     match iv {
         Some((l, h)) => format!("{} [{}–{}]", fmt_num(v), fmt_num(l), fmt_num(h)),
         None => fmt_num(v),
@@ -342,7 +345,7 @@ impl Ctx<'_> {
 
     /// The point at `place`: a given x, or the smallest/largest x (that
     /// `among` has too, if given).
-    fn at<'s>(
+    pub(super) fn at<'s>(
         &self,
         place: &Place,
         s: &'s Series,
@@ -365,7 +368,7 @@ impl Ctx<'_> {
 
     /// Why nothing is at `place`: for a given x, which x this run has (a
     /// claim tied to depth 6 is not decided at the deepest point present).
-    fn missing_place(&self, place: &Place, series: &[&Series]) -> String {
+    pub(super) fn missing_place(&self, place: &Place, series: &[&Series]) -> String {
         let Place::X(x) = place else {
             return "no point at the claim's x".into();
         };
@@ -389,258 +392,53 @@ impl Ctx<'_> {
         )
     }
 
-    fn part(&self, s: &Series) -> Part {
-        let pts = self.points(s);
-        let mut part = Part {
-            series: s.key.clone(),
-            decided: None,
-            words: String::new(),
-            values: pts.iter().map(|p| used(s, p)).collect(),
-        };
-        let name = if s.key.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", s.label)
-        };
-        // Names the quantity in the claim's interval line.
-        let of = if s.key.is_empty() {
-            String::new()
-        } else {
-            format!(" of {}", s.key)
-        };
-        let fewest = pts.iter().map(|p| p.est.n).min().unwrap_or(0);
-        match &self.claim.check {
-            ClaimCheck::MaxLe { value: limit } | ClaimCheck::MinGe { value: limit } => {
-                let limit = *limit;
-                let max = matches!(self.claim.check, ClaimCheck::MaxLe { .. });
-                let pick = pts.iter().copied().reduce(|a, b| {
-                    let better = if max {
-                        b.est.value > a.est.value
-                    } else {
-                        b.est.value < a.est.value
-                    };
-                    if better { b } else { a }
-                });
-                let Some(p) = pick else {
-                    part.words = format!("{name}no points");
-                    return part;
-                };
-                // Every point is below the limit exactly when the highest
-                // top end is, and one is clearly above exactly when the
-                // highest bottom end is: the interval of the maximum is
-                // (max of the bottoms, max of the tops); likewise for min.
-                // Each point at 1 − α/k, so all k hold together at 1 − α.
-                let sub = 1.0 - (1.0 - self.level) / pts.len() as f64;
-                let ivs: Result<Vec<Interval>, String> =
-                    pts.iter().map(|p| quantity::point(&p.reps, sub)).collect();
-                let interval = ivs.map(|ivs| {
-                    let (lo, hi) = if max {
-                        (
-                            ivs.iter().map(|i| i.lo).fold(f64::NEG_INFINITY, f64::max),
-                            ivs.iter().map(|i| i.hi).fold(f64::NEG_INFINITY, f64::max),
-                        )
-                    } else {
-                        (
-                            ivs.iter().map(|i| i.lo).fold(f64::INFINITY, f64::min),
-                            ivs.iter().map(|i| i.hi).fold(f64::INFINITY, f64::min),
-                        )
-                    };
-                    combined(&ivs, lo, hi, self.level, "each point at 1 − α/k")
-                });
-                let (what, bounds) = if max {
-                    ("largest value", Bounds::Max(limit))
-                } else {
-                    ("smallest value", Bounds::Min(limit))
-                };
-                part.decided = Some(judge(
-                    format!("{what}{of}"),
-                    p.est.value,
-                    interval,
-                    bounds,
-                    fewest,
-                ));
-                part.words = format!(
-                    "{name}{} {} at x={}",
-                    if max { "max" } else { "min" },
-                    show(p, self.unit),
-                    p.x.label()
-                );
-            }
-            ClaimCheck::Monotonic {
-                direction,
-                tolerance,
-                min_points,
-            } => {
-                let need = (*min_points).max(2);
-                if pts.len() < need {
-                    part.words = format!("{name}{} point(s), {need} needed", pts.len());
-                    return part;
-                }
-                let up = *direction == Direction::Increasing;
-                let tol = *tolerance;
-                // A step's move in the claimed direction plus the slack:
-                // the claim wants it ≥ 0 at every step.
-                let step = move |a: f64, b: f64| {
-                    let slack = tol * a.abs();
-                    if up { b - a + slack } else { a - b + slack }
-                };
-                // The step is linear in the two medians: a's coefficient
-                // takes the slack's sign from a.
-                let coef = move |a: f64| {
-                    let sign = if a < 0.0 { -1.0 } else { 1.0 };
-                    if up {
-                        (-1.0 + tol * sign, 1.0)
-                    } else {
-                        (1.0 + tol * sign, -1.0)
-                    }
-                };
-                struct Step<'p> {
-                    a: &'p SeriesPoint,
-                    b: &'p SeriesPoint,
-                    est: f64,
-                    iv: Result<Joint, String>,
-                }
-                // Each step at 1 − α/(k − 1): all of them hold together at 1 − α.
-                let sub = 1.0 - (1.0 - self.level) / (pts.len() - 1) as f64;
-                let steps: Vec<Step<'_>> = pts
-                    .windows(2)
-                    .map(|w| {
-                        let est = step(w[0].est.value, w[1].est.value);
-                        let (ca, cb) = coef(w[0].est.value);
-                        let iv = quantity::over(
-                            &[&w[0].reps, &w[1].reps],
-                            |m| Some(step(m[0], m[1])),
-                            Shape::Linear(ca, cb),
-                            sub,
-                        )
-                        .map(|mut j| {
-                            j.interval.lo = j.interval.lo.min(est);
-                            j.interval.hi = j.interval.hi.max(est);
-                            j
-                        });
-                        Step {
-                            a: w[0],
-                            b: w[1],
-                            est,
-                            iv,
-                        }
-                    })
-                    .collect();
-                let est = steps.iter().map(|s| s.est).fold(f64::INFINITY, f64::min);
-                // Every step holds ⇔ the lowest bottom end is ≥ 0; some step
-                // clearly fails ⇔ the lowest top end is < 0.
-                let ivs: Result<Vec<Joint>, String> = steps.iter().map(|s| s.iv.clone()).collect();
-                let interval = ivs.map(|v| {
-                    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::INFINITY), |acc, j| {
-                        (acc.0.min(j.interval.lo), acc.1.min(j.interval.hi))
-                    });
-                    let parts: Vec<Interval> = v.iter().map(|j| j.interval).collect();
-                    let how = v.first().map_or("measured independently", |j| j.how);
-                    combined(&parts, lo, hi, self.level, how)
-                });
-                let what = if up { "smallest rise" } else { "smallest fall" };
-                let with_tol = if tol > 0.0 { " (with tolerance)" } else { "" };
-                part.decided = Some(judge(
-                    format!("{what}{with_tol} between neighbouring x{of}"),
-                    est,
-                    interval,
-                    Bounds::Min(0.0),
-                    fewest,
-                ));
-                let trace: Vec<String> = pts
-                    .iter()
-                    .map(|p| format!("{}→{}", p.x.label(), fmt_num(p.est.value)))
-                    .collect();
-                part.words = format!("{name}{}", trace.join(", "));
-                // The weakest step: broken on the medians, or the one whose
-                // interval reaches furthest below 0.
-                let bottom = |s: &Step<'_>| s.iv.as_ref().map_or(s.est, |j| j.interval.lo);
-                let weakest = steps.iter().min_by(|x, y| bottom(x).total_cmp(&bottom(y)));
-                if let Some(w) = weakest
-                    && bottom(w) < 0.0
-                {
-                    part.words.push_str(&format!(
-                        " ({} → {} from x={} to x={}: step {})",
-                        fmt_num(w.a.est.value),
-                        fmt_num(w.b.est.value),
-                        w.a.x.label(),
-                        w.b.x.label(),
-                        show_interval(
-                            w.est,
-                            w.iv.as_ref().ok().map(|j| (j.interval.lo, j.interval.hi))
-                        )
-                    ));
-                }
-            }
-            ClaimCheck::ValueAt(v) => {
-                let Some(p) = self.at(&v.place, s, None) else {
-                    part.words = format!("{name}{}", self.missing_place(&v.place, &[s]));
-                    return part;
-                };
-                let interval = quantity::point(&p.reps, self.level).map(|iv| Joint {
-                    interval: iv,
-                    how: "one point",
-                });
-                part.decided = Some(judge(
-                    format!("value{of} at x={}", p.x.label()),
-                    p.est.value,
-                    interval,
-                    v.bounds,
-                    p.est.n,
-                ));
-                part.words = format!("{name}{} at x={}", show(p, self.unit), p.x.label());
-                part.values = vec![used(s, p)];
-            }
-            ClaimCheck::LinearInX { r2_min, min_points } => {
-                let need = (*min_points).max(2);
-                let xs: Vec<f64> = pts.iter().map(|p| p.x.pos()).collect();
-                let ys: Vec<f64> = pts.iter().map(|p| p.est.value).collect();
-                if pts.len() < need {
-                    part.words = format!("{name}{} point(s), {need} needed for a fit", pts.len());
-                    return part;
-                }
-                let Some(fit) = stats::linear_fit(&xs, &ys) else {
-                    part.words = format!("{name}no fit (one distinct x)");
-                    return part;
-                };
-                // The line refitted per repetition (or boot) where every x
-                // was measured in the same ones, else over the box.
-                let reps: Vec<&[Rep]> = pts.iter().map(|p| p.reps.as_slice()).collect();
-                let interval = quantity::over(
-                    &reps,
-                    |m| stats::linear_fit(&xs, m).map(|f| f.r2),
-                    Shape::General,
-                    self.level,
-                )
-                .map(|mut j| {
-                    // R² lives in [0, 1]; a t interval's ends need not.
-                    j.interval.lo = j.interval.lo.clamp(0.0, 1.0);
-                    j.interval.hi = j.interval.hi.clamp(0.0, 1.0);
-                    j
-                });
-                part.decided = Some(judge(
-                    format!("R² of a line{of}"),
-                    fit.r2,
-                    interval,
-                    Bounds::Min(*r2_min),
-                    fewest,
-                ));
-                part.words = format!(
-                    "{name}R² = {} over {} points (slope {})",
-                    show_interval(fit.r2, part.decided.as_ref().and_then(|d| d.interval)),
-                    pts.len(),
-                    fmt_num(fit.slope)
-                );
-            }
-            // Decided on several series together, by `ratio_claim` and
-            // `gain_claim`.
-            ClaimCheck::RatioAt(_) | ClaimCheck::GainRemaining(_) => {}
+    /// What a per-series kind decides `s` from.
+    fn series_part<'s>(&self, s: &'s Series) -> SeriesPart<'s> {
+        let points = self.points(s);
+        SeriesPart {
+            series: s,
+            fewest: points.iter().map(|p| p.est.n).min().unwrap_or(0),
+            points,
+            name: if s.key.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", s.label)
+            },
+            of: if s.key.is_empty() {
+                String::new()
+            } else {
+                format!(" of {}", s.key)
+            },
         }
-        part
     }
 }
 
-fn bounds_text(b: Bounds) -> String {
+/// One series of a claim decided series by series, as its kind gets it.
+pub(super) struct SeriesPart<'s> {
+    pub series: &'s Series,
+    /// Its points in the claim's x range.
+    pub points: Vec<&'s SeriesPoint>,
+    /// "label: " (nothing for a panel's one unnamed series), before its words.
+    pub name: String,
+    /// " of key" (or nothing): names the series in the quantity.
+    pub of: String,
+    /// The fewest repetitions of its points.
+    pub fewest: usize,
+}
+
+impl SeriesPart<'_> {
+    /// Its part before the kind decides it: not measurable, every point used.
+    pub fn part(&self) -> Part {
+        Part {
+            series: self.series.key.clone(),
+            decided: None,
+            words: String::new(),
+            values: self.points.iter().map(|p| used(self.series, p)).collect(),
+        }
+    }
+}
+
+pub(super) fn bounds_text(b: Bounds) -> String {
     match b {
         Bounds::Both(a, b) => format!("in [{}, {}]", fmt_num(a), fmt_num(b)),
         Bounds::Min(a) => format!("≥ {}", fmt_num(a)),
@@ -664,15 +462,19 @@ fn missing(data: &PanelData, key: &str) -> String {
 }
 
 /// What `decide` found: verdict, numbers, values, and the quantity.
-type Outcome = (Verdict, String, Vec<Used>, Option<Decided>);
+pub(super) type Outcome = (Verdict, String, Vec<Used>, Option<Decided>);
 
-fn not_measurable(why: String) -> Outcome {
+pub(super) fn not_measurable(why: String) -> Outcome {
     (Verdict::NotMeasurable, why, Vec::new(), None)
 }
 
 /// The series `a` and `b` of a claim about two, or why it is not
 /// measurable: whichever has no data.
-fn two_series<'d>(ctx: &Ctx<'d>, a: &str, b: &str) -> Result<(&'d Series, &'d Series), String> {
+pub(super) fn two_series<'d>(
+    ctx: &Ctx<'d>,
+    a: &str,
+    b: &str,
+) -> Result<(&'d Series, &'d Series), String> {
     match (ctx.data.series(a), ctx.data.series(b)) {
         (Some(x), Some(y)) => Ok((x, y)),
         _ => {
@@ -686,180 +488,14 @@ fn two_series<'d>(ctx: &Ctx<'d>, a: &str, b: &str) -> Result<(&'d Series, &'d Se
     }
 }
 
-fn ratio_claim(ctx: &Ctx<'_>, r: &RatioAt) -> Outcome {
-    let (num_key, den_key) = (&r.numerator, &r.denominator);
-    let (num, den) = match two_series(ctx, num_key, den_key) {
-        Ok(pair) => pair,
-        Err(why) => return not_measurable(why),
-    };
-    let (Some(n), Some(d)) = (
-        ctx.at(&r.place, num, Some(den)),
-        ctx.at(&r.place, den, Some(num)),
-    ) else {
-        let why = match r.place {
-            Place::X(_) => format!(
-                "{num_key} and {den_key}: {}",
-                ctx.missing_place(&r.place, &[num, den])
-            ),
-            Place::At(_) => {
-                format!("{num_key} and {den_key} have no point at the claim's x in common")
-            }
-        };
-        return not_measurable(why);
-    };
-    if n.x != d.x || d.est.value == 0.0 {
-        return not_measurable(format!("{num_key} and {den_key} have no comparable point"));
-    }
-    let ratio = n.est.value / d.est.value;
-    let interval = quantity::over(
-        &[&n.reps, &d.reps],
-        |m| (m[1] != 0.0).then_some(m[0] / m[1]),
-        Shape::Ratio,
-        ctx.level,
-    );
-    let paired = interval.as_ref().map_or("no interval", |j| j.how);
-    let decided = judge(
-        format!("{num_key}/{den_key} at x={}", n.x.label()),
-        ratio,
-        interval,
-        r.bounds,
-        n.est.n.min(d.est.n),
-    );
-    let words = format!(
-        "{num_key}/{den_key} at x={} = {} / {} = {} ({paired}) (claim: {})",
-        n.x.label(),
-        show(n, ctx.unit),
-        show(d, ctx.unit),
-        show_interval(ratio, decided.interval),
-        bounds_text(r.bounds)
-    );
-    (
-        decided.verdict,
-        words,
-        vec![used(num, n), used(den, d)],
-        Some(decided),
-    )
-}
-
-/// (best rival − hook) / (baseline − hook) at the claim's x: the share of
-/// the hook's gain over the baseline that the best rival leaves.
-fn gain_claim(ctx: &Ctx<'_>, g: &GainRemaining) -> Outcome {
-    let Some(better) = ctx.better else {
-        return not_measurable("the panel does not say which direction is better".into());
-    };
-    let (hook, base) = match two_series(ctx, &g.hook, &g.baseline) {
-        Ok(pair) => pair,
-        Err(why) => return not_measurable(why),
-    };
-    let (Some(h), Some(b)) = (
-        ctx.at(&g.place, hook, Some(base)),
-        ctx.at(&g.place, base, Some(hook)),
-    ) else {
-        return not_measurable(format!(
-            "{} and {}: {}",
-            g.hook,
-            g.baseline,
-            ctx.missing_place(&g.place, &[hook, base])
-        ));
-    };
-    // Rivals measured at the same x; the others are named, not used.
-    let mut rivals: Vec<(&Series, &SeriesPoint)> = Vec::new();
-    let mut unused: Vec<&str> = Vec::new();
-    for key in &g.rivals {
-        match ctx
-            .data
-            .series(key)
-            .and_then(|s| s.points.iter().find(|p| p.x == h.x).map(|p| (s, p)))
-        {
-            Some(r) => rivals.push(r),
-            None => unused.push(key),
-        }
-    }
-    let x = h.x.label();
-    if rivals.is_empty() {
-        return not_measurable(format!(
-            "none of the rivals ({}) was measured at x={x}",
-            g.rivals.join(", ")
-        ));
-    }
-    // The best rival on the medians, held fixed in the bootstrap: taking
-    // the best of several in every resample would favour whichever rival
-    // was lucky in it and shift the interval below the estimate.
-    let lower = better == Better::Lower;
-    let Some((best, best_point)) = rivals
-        .iter()
-        .copied()
-        .reduce(|a, r| {
-            if (r.1.est.value < a.1.est.value) == lower {
-                r
-            } else {
-                a
-            }
-        })
-        .map(|(s, p)| (s.key.clone(), p))
-    else {
-        return not_measurable("no rival measured".into());
-    };
-    let share = |m: &[f64]| {
-        let gain = m[1] - m[0];
-        (gain != 0.0).then(|| (m[2] - m[0]) / gain)
-    };
-    let Some(estimate) = share(&[h.est.value, b.est.value, best_point.est.value]) else {
-        return not_measurable(format!(
-            "{} and {} are equal at x={x}: no gain to share",
-            g.hook, g.baseline
-        ));
-    };
-    let interval = quantity::over(
-        &[&h.reps, &b.reps, &best_point.reps],
-        share,
-        Shape::Share,
-        ctx.level,
-    );
-    let fewest = [h, b, best_point]
-        .iter()
-        .map(|p| p.est.n)
-        .min()
-        .unwrap_or(0);
-    let decided = judge(
-        format!(
-            "share of the {} gain over {} left by the best rival at x={x}",
-            g.hook, g.baseline
-        ),
-        estimate,
-        interval,
-        g.bounds,
-        fewest,
-    );
-    let mut words = format!(
-        "at x={x}: {} {}, {} {}, best rival {best} {} → (best − {})/({} − {}) = {} (claim: {})",
-        g.hook,
-        show(h, ctx.unit),
-        g.baseline,
-        show(b, ctx.unit),
-        show(best_point, ctx.unit),
-        g.hook,
-        g.baseline,
-        g.hook,
-        show_interval(estimate, decided.interval),
-        bounds_text(g.bounds)
-    );
-    if !unused.is_empty() {
-        words.push_str(&format!(" [not measured here: {}]", unused.join(", ")));
-    }
-    let values = [used(hook, h), used(base, b)]
-        .into_iter()
-        .chain(rivals.iter().map(|(s, p)| used(s, p)))
-        .collect();
-    (decided.verdict, words, values, Some(decided))
-}
-
-fn decide(ctx: &Ctx<'_>) -> Outcome {
-    match &ctx.claim.check {
-        ClaimCheck::RatioAt(r) => return ratio_claim(ctx, r),
-        ClaimCheck::GainRemaining(g) => return gain_claim(ctx, g),
-        _ => {}
-    }
+/// A claim decided series by series (each series' part by `one`), that
+/// holds only when every series does; `limit` says the claim's bound
+/// after the numbers.
+pub(super) fn per_series(
+    ctx: &Ctx<'_>,
+    limit: String,
+    one: impl Fn(&Ctx<'_>, &SeriesPart<'_>) -> Part,
+) -> Outcome {
     let explicit = !ctx.claim.series.is_empty();
     let mut missing_words = Vec::new();
     let chosen: Vec<&Series> = if explicit {
@@ -895,32 +531,12 @@ fn decide(ctx: &Ctx<'_>) -> Outcome {
         level: 1.0 - (1.0 - ctx.level) / chosen.len() as f64,
         ..*ctx
     };
-    let parts: Vec<Part> = chosen.iter().map(|s| shared.part(s)).collect();
+    let parts: Vec<Part> = chosen
+        .iter()
+        .map(|s| one(&shared, &shared.series_part(s)))
+        .collect();
     let mut words: Vec<String> = parts.iter().map(|p| p.words.clone()).collect();
     words.extend(missing_words.iter().cloned());
-    let limit = match &ctx.claim.check {
-        ClaimCheck::MaxLe { value } => format!(" (claim: ≤ {})", fmt_num(*value)),
-        ClaimCheck::MinGe { value } => format!(" (claim: ≥ {})", fmt_num(*value)),
-        ClaimCheck::ValueAt(v) => format!(" (claim: {})", bounds_text(v.bounds)),
-        ClaimCheck::LinearInX { r2_min, .. } => format!(" (claim: R² ≥ {})", fmt_num(*r2_min)),
-        ClaimCheck::Monotonic {
-            direction,
-            tolerance,
-            ..
-        } => format!(
-            " (claim: {}{})",
-            match direction {
-                Direction::Increasing => "increasing",
-                Direction::Decreasing => "decreasing",
-            },
-            if *tolerance > 0.0 {
-                format!(", tolerance {} %", fmt_num(tolerance * 100.0))
-            } else {
-                String::new()
-            }
-        ),
-        ClaimCheck::RatioAt(_) | ClaimCheck::GainRemaining(_) => String::new(),
-    };
     let values = parts.iter().flat_map(|p| p.values.clone()).collect();
     let measured: Vec<&Decided> = parts.iter().filter_map(|p| p.decided.as_ref()).collect();
     let all_measured = measured.len() == parts.len() && missing_words.is_empty();
@@ -977,7 +593,7 @@ pub fn evaluate_under(
         let name = panel.map(|p| p.name.clone()).unwrap_or_default();
         let data = panels.iter().find(|(n, _)| *n == name).map(|(_, d)| d);
         let (verdict, mut numbers, values, decided) = match (panel, data) {
-            (Some(p), Some(data)) => decide(&Ctx {
+            (Some(p), Some(data)) => c.check.decide(&Ctx {
                 claim: c,
                 data,
                 unit: &p.y.unit,
@@ -1130,7 +746,7 @@ pub fn table(rows: &[(&str, &ClaimResult)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::extract::XKey;
-    use super::super::stats::Rep;
+    use super::super::stats::{self, Rep};
     use super::*;
 
     /// A point at x measured as job `job` (its repetitions' ids).

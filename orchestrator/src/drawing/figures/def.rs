@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use super::claim_kinds::{
+    At, Bounds, ClaimCheck, ClaimKind, Direction, GainRemaining, LinearInX, MaxLe, MinGe,
+    Monotonic, Place, RatioAt, ValueAt,
+};
 use super::error::FigureError;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -149,10 +153,12 @@ pub enum DefError {
     NoBounds(&'static str),
     #[error("gain_remaining: `rivals` names no series")]
     NoRivals,
-    #[error(
-        "claim {claim:?} (gain_remaining): its panel must say `better = \"lower\"` or `\"higher\"` in `y`, to tell the best rival"
-    )]
-    GainWithoutBetter { claim: String },
+    #[error("claim {claim:?} ({kind}): {why}")]
+    ClaimOnPanel {
+        claim: String,
+        kind: &'static str,
+        why: String,
+    },
     #[error("id {id:?} differs from the file name {stem:?}")]
     IdNotFileName { id: String, stem: String },
     #[error("no [[panels]]")]
@@ -291,47 +297,6 @@ pub struct Reference {
     pub x_to: Option<f64>,
 }
 
-/// The name of a claim's check (its `kind`), as results and reports show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimKind {
-    MaxLe,
-    MinGe,
-    Monotonic,
-    ValueAt,
-    RatioAt,
-    LinearInX,
-    GainRemaining,
-}
-
-impl ClaimKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ClaimKind::MaxLe => "max_le",
-            ClaimKind::MinGe => "min_ge",
-            ClaimKind::Monotonic => "monotonic",
-            ClaimKind::ValueAt => "value_at",
-            ClaimKind::RatioAt => "ratio_at",
-            ClaimKind::LinearInX => "linear_in_x",
-            ClaimKind::GainRemaining => "gain_remaining",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    Increasing,
-    Decreasing,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum At {
-    Smallest,
-    Largest,
-}
-
 /// One `[[claims]]` entry: the keys every kind has, and the check.
 ///
 /// No `deny_unknown_fields` here: serde does not combine it with
@@ -363,285 +328,6 @@ pub struct ClaimDef {
     /// `kind` and exactly the fields of that kind.
     #[serde(flatten)]
     pub check: ClaimCheck,
-}
-
-/// What a claim checks, by `kind`, with that kind's fields only.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum ClaimCheck {
-    /// The largest median of each series is at most `value`.
-    MaxLe { value: f64 },
-    /// The smallest median of each series is at least `value`.
-    MinGe { value: f64 },
-    /// Along x, no step goes the other way by more than `tolerance` × the
-    /// previous value.
-    Monotonic {
-        direction: Direction,
-        /// A step may go against the direction by this fraction.
-        #[serde(default)]
-        tolerance: f64,
-        /// Fewer points are not measurable (at least 2).
-        #[serde(default = "two")]
-        min_points: usize,
-    },
-    /// The series' median at one x is within bounds.
-    ValueAt(ValueAt),
-    /// median(numerator) / median(denominator) at one x is within bounds.
-    RatioAt(RatioAt),
-    /// How much of `hook`'s gain over `baseline` remains over the best of
-    /// `rivals` at one x: (best rival − hook) / (baseline − hook), 1 when
-    /// the best rival is no better than the baseline, 0 when it matches
-    /// the hook, below 0 when it beats it. "Best" follows the panel's
-    /// `better` and is chosen on the medians.
-    GainRemaining(GainRemaining),
-    /// A least-squares line through the medians has R² ≥ `r2_min`.
-    LinearInX {
-        r2_min: f64,
-        /// Fewer points are not measurable (at least 2).
-        #[serde(default = "three")]
-        min_points: usize,
-    },
-}
-
-fn two() -> usize {
-    2
-}
-
-fn three() -> usize {
-    3
-}
-
-impl ClaimCheck {
-    pub fn kind(&self) -> ClaimKind {
-        match self {
-            ClaimCheck::MaxLe { .. } => ClaimKind::MaxLe,
-            ClaimCheck::MinGe { .. } => ClaimKind::MinGe,
-            ClaimCheck::Monotonic { .. } => ClaimKind::Monotonic,
-            ClaimCheck::ValueAt(_) => ClaimKind::ValueAt,
-            ClaimCheck::RatioAt(_) => ClaimKind::RatioAt,
-            ClaimCheck::LinearInX { .. } => ClaimKind::LinearInX,
-            ClaimCheck::GainRemaining(_) => ClaimKind::GainRemaining,
-        }
-    }
-}
-
-/// The x a `value_at` / `ratio_at` claim reads at: `x = …` or
-/// `at = "smallest" | "largest"`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Place {
-    X(toml::Value),
-    At(At),
-}
-
-/// `min` and/or `max`: at least one.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Bounds {
-    Min(f64),
-    Max(f64),
-    Both(f64, f64),
-}
-
-impl Bounds {
-    pub fn min(self) -> Option<f64> {
-        match self {
-            Bounds::Min(a) | Bounds::Both(a, _) => Some(a),
-            Bounds::Max(_) => None,
-        }
-    }
-
-    pub fn max(self) -> Option<f64> {
-        match self {
-            Bounds::Max(b) | Bounds::Both(_, b) => Some(b),
-            Bounds::Min(_) => None,
-        }
-    }
-}
-
-/// `value_at`: one of `x` / `at`, and `min` and/or `max`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(try_from = "RawValueAt", into = "RawValueAt")]
-pub struct ValueAt {
-    pub place: Place,
-    pub bounds: Bounds,
-}
-
-/// `ratio_at`: `numerator`, `denominator` (series keys), one of `x` /
-/// `at`, and `min` and/or `max`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(try_from = "RawRatioAt", into = "RawRatioAt")]
-pub struct RatioAt {
-    pub numerator: String,
-    pub denominator: String,
-    pub place: Place,
-    pub bounds: Bounds,
-}
-
-/// `gain_remaining`: `hook`, `baseline`, `rivals` (series keys), one of
-/// `x` / `at`, and `min` and/or `max`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(try_from = "RawGainRemaining", into = "RawGainRemaining")]
-pub struct GainRemaining {
-    pub hook: String,
-    pub baseline: String,
-    pub rivals: Vec<String>,
-    pub place: Place,
-    pub bounds: Bounds,
-}
-
-/// `value_at` as written; `ValueAt` is it checked.
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawValueAt {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    x: Option<toml::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    at: Option<At>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    min: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max: Option<f64>,
-}
-
-/// `ratio_at` as written; `RatioAt` is it checked.
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawRatioAt {
-    numerator: String,
-    denominator: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    x: Option<toml::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    at: Option<At>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    min: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max: Option<f64>,
-}
-
-/// `gain_remaining` as written; `GainRemaining` is it checked.
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct RawGainRemaining {
-    hook: String,
-    baseline: String,
-    rivals: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    x: Option<toml::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    at: Option<At>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    min: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max: Option<f64>,
-}
-
-impl TryFrom<RawGainRemaining> for GainRemaining {
-    type Error = DefError;
-    fn try_from(r: RawGainRemaining) -> Result<Self, DefError> {
-        let (place, bounds) = place_and_bounds("gain_remaining", r.x, r.at, r.min, r.max)?;
-        if r.rivals.is_empty() {
-            return Err(DefError::NoRivals);
-        }
-        Ok(GainRemaining {
-            hook: r.hook,
-            baseline: r.baseline,
-            rivals: r.rivals,
-            place,
-            bounds,
-        })
-    }
-}
-
-impl From<GainRemaining> for RawGainRemaining {
-    fn from(v: GainRemaining) -> Self {
-        let (x, at, min, max) = place_and_bounds_keys(v.place, v.bounds);
-        RawGainRemaining {
-            hook: v.hook,
-            baseline: v.baseline,
-            rivals: v.rivals,
-            x,
-            at,
-            min,
-            max,
-        }
-    }
-}
-
-/// The place and bounds of `value_at` / `ratio_at` from their keys.
-fn place_and_bounds(
-    kind: &'static str,
-    x: Option<toml::Value>,
-    at: Option<At>,
-    min: Option<f64>,
-    max: Option<f64>,
-) -> Result<(Place, Bounds), DefError> {
-    let place = match (x, at) {
-        (Some(x), None) => Place::X(x),
-        (None, Some(at)) => Place::At(at),
-        (Some(_), Some(_)) => return Err(DefError::XAndAt(kind)),
-        (None, None) => return Err(DefError::NoPlace(kind)),
-    };
-    let bounds = match (min, max) {
-        (Some(a), Some(b)) => Bounds::Both(a, b),
-        (Some(a), None) => Bounds::Min(a),
-        (None, Some(b)) => Bounds::Max(b),
-        (None, None) => return Err(DefError::NoBounds(kind)),
-    };
-    Ok((place, bounds))
-}
-
-/// The keys `x`, `at`, `min`, `max` of a place and bounds.
-fn place_and_bounds_keys(
-    place: Place,
-    bounds: Bounds,
-) -> (Option<toml::Value>, Option<At>, Option<f64>, Option<f64>) {
-    let (x, at) = match place {
-        Place::X(x) => (Some(x), None),
-        Place::At(at) => (None, Some(at)),
-    };
-    (x, at, bounds.min(), bounds.max())
-}
-
-impl TryFrom<RawValueAt> for ValueAt {
-    type Error = DefError;
-    fn try_from(r: RawValueAt) -> Result<Self, DefError> {
-        let (place, bounds) = place_and_bounds("value_at", r.x, r.at, r.min, r.max)?;
-        Ok(ValueAt { place, bounds })
-    }
-}
-
-impl From<ValueAt> for RawValueAt {
-    fn from(v: ValueAt) -> Self {
-        let (x, at, min, max) = place_and_bounds_keys(v.place, v.bounds);
-        RawValueAt { x, at, min, max }
-    }
-}
-
-impl TryFrom<RawRatioAt> for RatioAt {
-    type Error = DefError;
-    fn try_from(r: RawRatioAt) -> Result<Self, DefError> {
-        let (place, bounds) = place_and_bounds("ratio_at", r.x, r.at, r.min, r.max)?;
-        Ok(RatioAt {
-            numerator: r.numerator,
-            denominator: r.denominator,
-            place,
-            bounds,
-        })
-    }
-}
-
-impl From<RatioAt> for RawRatioAt {
-    fn from(v: RatioAt) -> Self {
-        let (x, at, min, max) = place_and_bounds_keys(v.place, v.bounds);
-        RawRatioAt {
-            numerator: v.numerator,
-            denominator: v.denominator,
-            x,
-            at,
-            min,
-            max,
-        }
-    }
 }
 
 impl FigureDef {
@@ -683,13 +369,13 @@ impl FigureDef {
                     panel: c.panel.clone(),
                 });
             }
-            if matches!(c.check, ClaimCheck::GainRemaining(_))
-                && self
-                    .panel(c.panel.as_deref())
-                    .is_some_and(|p| p.y.better.is_none())
+            if let Some(p) = self.panel(c.panel.as_deref())
+                && let Err(why) = c.check.validate(p)
             {
-                return Err(DefError::GainWithoutBetter {
+                return Err(DefError::ClaimOnPanel {
                     claim: c.id.clone(),
+                    kind: c.check.kind().name(),
+                    why,
                 });
             }
             if let Some(r) = c
@@ -839,11 +525,11 @@ direction = "increasing"
         assert_eq!(d.claims[0].check.kind(), ClaimKind::Monotonic);
         assert!(matches!(
             d.claims[0].check,
-            ClaimCheck::Monotonic {
+            ClaimCheck::Monotonic(Monotonic {
                 direction: Direction::Increasing,
                 tolerance: 0.0,
                 min_points: 2
-            }
+            })
         ));
     }
 
@@ -912,21 +598,21 @@ direction = "increasing"
         let check = |claim: &str| load_claim(claim).unwrap().claims.remove(0).check;
         assert!(matches!(
             check("kind = \"max_le\"\nvalue = 200"),
-            ClaimCheck::MaxLe { value: 200.0 }
+            ClaimCheck::MaxLe(MaxLe { value: 200.0 })
         ));
         assert!(matches!(
             check("kind = \"min_ge\"\nvalue = 0.5"),
-            ClaimCheck::MinGe { value: 0.5 }
+            ClaimCheck::MinGe(MinGe { value: 0.5 })
         ));
         assert!(matches!(
             check(
                 "kind = \"monotonic\"\ndirection = \"decreasing\"\ntolerance = 0.05\nmin_points = 4"
             ),
-            ClaimCheck::Monotonic {
+            ClaimCheck::Monotonic(Monotonic {
                 direction: Direction::Decreasing,
                 tolerance: 0.05,
                 min_points: 4
-            }
+            })
         ));
         let ClaimCheck::ValueAt(v) = check("kind = \"value_at\"\nx = 2\nmin = 50\nmax = 70") else {
             panic!("not value_at")
@@ -943,10 +629,10 @@ direction = "increasing"
         assert_eq!(r.bounds, Bounds::Max(0.75));
         assert!(matches!(
             check("kind = \"linear_in_x\"\nr2_min = 0.95"),
-            ClaimCheck::LinearInX {
+            ClaimCheck::LinearInX(LinearInX {
                 r2_min: 0.95,
                 min_points: 3
-            }
+            })
         ));
         // The keys every kind has stay on the claim.
         let d = load_claim(

@@ -9,6 +9,7 @@
 
 pub mod caption;
 pub mod changepoint;
+pub mod claim_kinds;
 pub mod claims;
 pub mod compare;
 pub mod coverage;
