@@ -1,6 +1,6 @@
 //! `./x bench coverage`: how often the intervals claims are decided on
 //! cover the truth, and how often a claim is decided the wrong way, over
-//! simulated runs with known truth (testbed::figures::coverage): lognormal,
+//! simulated runs with known truth (testbed::drawing::figures::coverage): lognormal,
 //! bimodal and heavy-tailed units, boot effects of 0–20 %, 2 to 20 boots
 //! and boots of three repetitions, points in the same boots and apart.
 //! Targets: every interval called 95 % covers ≥ 93 % in every setting;
@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use testbed::figures::coverage::{self, ClaimCase, Kind};
+use testbed::drawing::figures::coverage::{self, ClaimCase, Kind};
 
 fn main() {
     // `cargo bench` passes --bench; nothing else is read.

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use testbed::figures::stats::Rng;
-use testbed::plan::Point;
-use testbed::results::manifest::{self, Manifest, PointRecord, RunStatus};
-use testbed::results::samples::{self, ParquetOut};
+use testbed::drawing::figures::stats::Rng;
+use testbed::planning::plan::Point;
+use testbed::recording::results::manifest::{self, Manifest, PointRecord, RunStatus};
+use testbed::recording::results::samples::{self, ParquetOut};
 use testbed_agent::protocol::SampleChunk;
 
 const RUN_ID: &str = "20261204T000000-bench";
@@ -152,7 +152,7 @@ fn write_run(dir: &Path, total: u64) {
     }
     out.expect("rows").finish().expect("samples.parquet");
     let done: Vec<&PointRecord> = records.iter().collect();
-    let t = testbed::results::summary_table::batch(RUN_ID, &done).expect("summary");
+    let t = testbed::recording::results::summary_table::batch(RUN_ID, &done).expect("summary");
     samples::write_parquet(&dir.join("summary.parquet"), t.schema(), &[t]).expect("summary");
     let m: Manifest = serde_json::from_value(serde_json::json!({
         "testbed_version": env!("CARGO_PKG_VERSION"),

@@ -10,10 +10,9 @@
 //! this list, checks that each module sits in its layer's folder, and checks
 //! every `crate::` path in `src`; README.md's layout repeats it.
 //!
-//! The layer folders are private and their modules are re-exported here, so
-//! a module's path names the module alone (`crate::units`,
-//! `testbed::spec`): moving a module to another layer moves its file, not
-//! every path that uses it.
+//! A module's path names its layer (`crate::host::units`,
+//! `testbed::planning::spec`): every use site says where what it uses
+//! stands, and an import from a higher layer reads as one.
 //!
 //! - host: units, paths, fsutil, lock, interrupt, wait, random, phases, failures, progress, hosttools, procfs, cgroup, kernel_limits, stdout
 //! - machine: qemu, hostinfo, noise, hostcost, calibrate
@@ -26,23 +25,11 @@
 //!
 //! The CLI (`main.rs`) stands above them all.
 
-mod drawing;
-mod execution;
-mod host;
-mod inputs;
-mod machine;
-mod planning;
-mod recording;
-mod reporting;
-
-pub use drawing::{analysis, figures};
-pub use execution::{devices, executor, run, slurm};
-pub use host::{
-    cgroup, failures, fsutil, hosttools, interrupt, kernel_limits, lock, paths, phases, procfs,
-    progress, random, stdout, units, wait,
-};
-pub use inputs::{caches, ebpf, guestbin, image, kernel};
-pub use machine::{calibrate, hostcost, hostinfo, noise, qemu};
-pub use planning::{plan, spec};
-pub use recording::results;
-pub use reporting::{doctor, reproduce, show};
+pub mod drawing;
+pub mod execution;
+pub mod host;
+pub mod inputs;
+pub mod machine;
+pub mod planning;
+pub mod recording;
+pub mod reporting;

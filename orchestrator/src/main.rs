@@ -5,8 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use testbed::spec::{AccelChoice, ExecutorKind};
-use testbed::{doctor, executor, figures, guestbin, kernel, paths, progress, run, show};
+use testbed::planning::spec::{AccelChoice, ExecutorKind};
+use testbed::{
+    drawing::figures, execution::executor, execution::run, host::paths, host::progress,
+    inputs::guestbin, inputs::kernel, reporting::doctor, reporting::show,
+};
 use testbed::{out, outln};
 
 #[derive(Parser)]
@@ -415,11 +418,11 @@ fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
         if executor::INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
             // Second Ctrl-C: stop now.
-            testbed::qemu::process::kill_all();
+            testbed::machine::qemu::process::kill_all();
             std::process::exit(130);
         }
         eprintln!("\n[testbed] interrupted: stopping QEMU, keeping finished points");
-        testbed::qemu::process::kill_all();
+        testbed::machine::qemu::process::kill_all();
     });
 }
 
@@ -465,7 +468,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Verify { runs } => verify_runs(&runs),
         Command::Pack { runs, out } => {
-            for p in testbed::results::pack::pack(&runs, &out)? {
+            for p in testbed::recording::results::pack::pack(&runs, &out)? {
                 outln!("packed {} ({} files)", p.name, p.files);
                 for m in &p.missing {
                     outln!("  not packed, not found: {m}");
@@ -475,7 +478,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Unpack { archive, into } => {
-            for run in testbed::results::pack::unpack(&archive, &into)? {
+            for run in testbed::recording::results::pack::unpack(&archive, &into)? {
                 outln!("unpacked and verified {}", run.display());
             }
             Ok(ExitCode::SUCCESS)
@@ -495,12 +498,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 /// What a killed testbed left running (QEMU processes, passthrough
 /// bindings) is named and cleaned before anything new starts.
 fn sweep_leftovers() {
-    for line in testbed::qemu::process::sweep_leftovers() {
+    for line in testbed::machine::qemu::process::sweep_leftovers() {
         eprintln!("[testbed] {line}");
     }
-    let state_dir = testbed::devices::state::dir(&paths::cache_root());
-    let host = testbed::devices::Host::real();
-    for line in testbed::devices::passthrough::unrestored(&host, &state_dir) {
+    let state_dir = testbed::execution::devices::state::dir(&paths::cache_root());
+    let host = testbed::execution::devices::Host::real();
+    for line in testbed::execution::devices::passthrough::unrestored(&host, &state_dir) {
         eprintln!("[testbed] warning: {line}");
     }
 }
@@ -545,7 +548,7 @@ fn run_spec(a: RunArgs) -> Result<ExitCode> {
 /// against the manifest's record; a packed archive's runs as `unpack`
 /// would check them.
 fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
-    use testbed::results::{integrity, pack};
+    use testbed::recording::results::{integrity, pack};
     let mut failed = 0;
     for run in runs {
         let checks = if run.is_file() {
@@ -570,7 +573,7 @@ fn verify_runs(runs: &[PathBuf]) -> Result<ExitCode> {
     })
 }
 
-fn print_check(name: &str, c: &testbed::results::integrity::RunCheck) {
+fn print_check(name: &str, c: &testbed::recording::results::integrity::RunCheck) {
     if c.ok() {
         outln!(
             "{name}: ok: the manifest as sealed, {} files, {} bytes, as recorded; {} rows in its tables",
@@ -597,8 +600,8 @@ fn print_check(name: &str, c: &testbed::results::integrity::RunCheck) {
 }
 
 fn status(run: &Path) -> Result<ExitCode> {
-    if testbed::slurm::array::ArrayDir::is_array(run) {
-        out!("{}", testbed::slurm::status::render(run)?);
+    if testbed::execution::slurm::array::ArrayDir::is_array(run) {
+        out!("{}", testbed::execution::slurm::status::render(run)?);
     } else {
         out!("{}", show::show_run(run)?);
     }
@@ -607,13 +610,13 @@ fn status(run: &Path) -> Result<ExitCode> {
 
 fn collect(run: &Path) -> Result<ExitCode> {
     let mut progress = progress::for_terminal();
-    let result = testbed::slurm::collect::collect(run, progress.as_mut());
+    let result = testbed::execution::slurm::collect::collect(run, progress.as_mut());
     drop(progress);
     run_outcome(result, "SPEC")
 }
 
 fn slurm_local(dir: &Path) -> Result<ExitCode> {
-    let cluster = testbed::slurm::local::LocalSlurm::start(dir)?;
+    let cluster = testbed::execution::slurm::local::LocalSlurm::start(dir)?;
     outln!(
         "one-node Slurm running ({} CPUs on node {}); in another shell:\n  export SLURM_CONF={}\nCtrl-C stops it",
         cluster.cpus,
@@ -629,7 +632,7 @@ fn slurm_local(dir: &Path) -> Result<ExitCode> {
 
 fn slurm_task(run: &Path, task: Option<u32>) -> Result<ExitCode> {
     let mut progress = progress::for_terminal();
-    let result = testbed::slurm::task::run(run, task, progress.as_mut());
+    let result = testbed::execution::slurm::task::run(run, task, progress.as_mut());
     drop(progress);
     run_outcome(result, &run.join("spec.toml").display().to_string())
 }
@@ -645,7 +648,7 @@ fn validate(specs: &[PathBuf]) -> Result<ExitCode> {
         }
         bad += 1;
         errors += found.len();
-        let max = testbed::spec::MAX_ERRORS;
+        let max = testbed::planning::spec::MAX_ERRORS;
         for e in found.iter().take(max) {
             eprintln!("error: {e}");
         }
@@ -731,7 +734,7 @@ fn check(
     outln!("claims in {}", run.join("claims.json").display());
     report_unknown(&unknown);
     let manifest_path = run.join("manifest.json");
-    let noise = testbed::results::manifest::read(&manifest_path)
+    let noise = testbed::recording::results::manifest::read(&manifest_path)
         .with_context(|| format!("the run {}", run.display()))?
         .noisy();
     // Say so beside the verdicts a busy host can cause, so that an
@@ -765,7 +768,7 @@ fn check(
 /// as `--rerun-noisy` allows are not run (and nothing boots when no point
 /// may run again).
 fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
-    use testbed::results::{manifest, rundir::RunDir};
+    use testbed::recording::results::{manifest, rundir::RunDir};
     let m = manifest::read(&run_dir.join("manifest.json"))
         .with_context(|| format!("--rerun-noisy: the run {}", run_dir.display()))?;
     let noisy = m.noisy();
@@ -793,8 +796,8 @@ fn rerun_noisy_points(run_dir: &Path) -> Result<()> {
         Err(_) => None,
     };
     let accel = m.accel.as_ref().map(|a| match a.used {
-        testbed::qemu::argv::Accel::Kvm => AccelChoice::Kvm,
-        testbed::qemu::argv::Accel::Tcg => AccelChoice::Tcg,
+        testbed::machine::qemu::argv::Accel::Kvm => AccelChoice::Kvm,
+        testbed::machine::qemu::argv::Accel::Tcg => AccelChoice::Tcg,
     });
     // The spec as run: the file the run was started from when it still
     // holds the same text (relative paths in it resolve as they did),
@@ -913,7 +916,7 @@ fn list(dir: PathBuf) -> Result<ExitCode> {
 }
 
 fn upgrade(runs: &[PathBuf]) -> Result<ExitCode> {
-    use testbed::results::upgrade::{Outcome, upgrade};
+    use testbed::recording::results::upgrade::{Outcome, upgrade};
     for run in runs {
         match upgrade(run)? {
             Outcome::AlreadyTidy => outln!("{}: already in the tidy layout", run.display()),
@@ -933,18 +936,18 @@ fn image_command(command: ImageCommand) -> Result<ExitCode> {
     out!(
         "{}",
         match command {
-            ImageCommand::Build { name } => testbed::image::cli::build(&name)?,
-            ImageCommand::List => testbed::image::cli::list()?,
+            ImageCommand::Build { name } => testbed::inputs::image::cli::build(&name)?,
+            ImageCommand::List => testbed::inputs::image::cli::list()?,
         }
     );
     Ok(ExitCode::SUCCESS)
 }
 
 fn passthrough_restore(pci: Option<&str>, force: bool) -> Result<ExitCode> {
-    let r = testbed::devices::passthrough::restore_from_state(
-        &testbed::devices::Host::real(),
-        &mut testbed::devices::sysfs::RealKernel,
-        &testbed::devices::state::dir(&paths::cache_root()),
+    let r = testbed::execution::devices::passthrough::restore_from_state(
+        &testbed::execution::devices::Host::real(),
+        &mut testbed::execution::devices::sysfs::RealKernel,
+        &testbed::execution::devices::state::dir(&paths::cache_root()),
         pci,
         force,
     );
@@ -971,21 +974,21 @@ fn report_unknown(unknown: &[String]) {
 fn preflight(need: &[String]) -> Result<ExitCode> {
     let all = need.iter().any(|n| n == "all");
     let needs: Vec<&str> = if all {
-        testbed::hosttools::NEEDS.to_vec()
+        testbed::host::hosttools::NEEDS.to_vec()
     } else {
         need.iter().map(String::as_str).collect()
     };
     if let Some(bad) = needs
         .iter()
-        .find(|n| !testbed::hosttools::NEEDS.contains(n))
+        .find(|n| !testbed::host::hosttools::NEEDS.contains(n))
     {
         anyhow::bail!(
             "unknown step `{bad}` for --need (known: all, {})",
-            testbed::hosttools::NEEDS.join(", ")
+            testbed::host::hosttools::NEEDS.join(", ")
         );
     }
     out!("{}", doctor::render(&doctor::tool_findings(&needs)));
-    match testbed::hosttools::preflight(&needs) {
+    match testbed::host::hosttools::preflight(&needs) {
         Ok(()) => {
             outln!("preflight: every tool for {} is present", needs.join(", "));
             Ok(ExitCode::SUCCESS)
@@ -998,10 +1001,10 @@ fn preflight(need: &[String]) -> Result<ExitCode> {
 }
 
 fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) -> Result<ExitCode> {
-    let mut opts = testbed::reproduce::Options::defaults(target, quick);
+    let mut opts = testbed::reporting::reproduce::Options::defaults(target, quick);
     opts.accel = accel;
     let mut progress = progress::for_terminal();
-    let summary = testbed::reproduce::reproduce(&opts, progress.as_mut());
+    let summary = testbed::reporting::reproduce::reproduce(&opts, progress.as_mut());
     drop(progress);
     let summary = summary?;
     for o in &summary.outcomes {
@@ -1034,7 +1037,7 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
     if std::env::var_os("TESTBED_PHASES").is_none() {
         outln!(
             "time by phase: {}",
-            testbed::phases::render(&testbed::phases::totals())
+            testbed::host::phases::render(&testbed::host::phases::totals())
         );
     }
     let failed = summary.outcomes.iter().any(|o| o.run.is_none());
@@ -1046,7 +1049,7 @@ fn reproduce(target: Option<String>, quick: bool, accel: Option<AccelChoice>) ->
 }
 
 fn cache_command(command: CacheCommand) -> Result<ExitCode> {
-    use testbed::caches;
+    use testbed::inputs::caches;
     let root = paths::cache_root();
     let age = |t: std::time::SystemTime| {
         let secs = std::time::SystemTime::now()
@@ -1105,7 +1108,7 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             }
             let policy = caches::Policy {
                 max_bytes: max_size
-                    .map(|s| testbed::units::parse_size(&s).map(|v| v.bytes()))
+                    .map(|s| testbed::host::units::parse_size(&s).map(|v| v.bytes()))
                     .transpose()
                     .context("--max-size")?,
                 older_than: older_than
@@ -1144,7 +1147,7 @@ fn parse_age(text: &str) -> Result<std::time::Duration> {
         let days: f64 = days.parse().with_context(|| format!("{text:?}: days"))?;
         return Ok(std::time::Duration::from_secs_f64(days * 86_400.0));
     }
-    Ok(testbed::units::parse_duration(text)?)
+    Ok(testbed::host::units::parse_duration(text)?)
 }
 
 /// The runs under `results` whose inputs came from each cache entry.
@@ -1163,14 +1166,15 @@ fn runs_by_entry(
             if !path.is_dir() {
                 continue;
             }
-            let Ok(m) = testbed::results::manifest::read(&path.join("manifest.json")) else {
+            let Ok(m) = testbed::recording::results::manifest::read(&path.join("manifest.json"))
+            else {
                 stack.push(path);
                 continue;
             };
             let paths = m.inputs.paths();
             let run = format!("{}/{}", m.experiment, m.run_id);
             for p in paths {
-                if let Some((area, name, _)) = testbed::caches::entry_of(root, &p) {
+                if let Some((area, name, _)) = testbed::inputs::caches::entry_of(root, &p) {
                     let runs = out.entry((area.to_string(), name.clone())).or_default();
                     if !runs.contains(&run) {
                         runs.push(run.clone());

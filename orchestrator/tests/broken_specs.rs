@@ -29,7 +29,8 @@ fn every_broken_spec_is_refused_with_its_reason() {
             .and_then(|l| l.strip_prefix("# expect: "))
             .unwrap_or_else(|| panic!("{}: first line is not `# expect: ...`", path.display()));
         // As `testbed run` and `testbed validate` check a spec.
-        let result = testbed::spec::load(path).and_then(|l| testbed::plan::plan(&l).map(|_| ()));
+        let result = testbed::planning::spec::load(path)
+            .and_then(|l| testbed::planning::plan::plan(&l).map(|_| ()));
         let name = path.display().to_string();
         match result {
             Ok(()) => failures.push(format!("{name}: accepted, expected {expect:?}")),
@@ -119,8 +120,8 @@ fn broken_pair(dir: &Path) -> (PathBuf, PathBuf) {
 fn load_all_reports_every_section_error_with_line_and_field() {
     let t = tempfile::tempdir().unwrap();
     let (types, checks) = broken_pair(t.path());
-    let mut errors = testbed::spec::load_all(&types).unwrap_err();
-    errors.extend(testbed::spec::load_all(&checks).unwrap_err());
+    let mut errors = testbed::planning::spec::load_all(&types).unwrap_err();
+    errors.extend(testbed::planning::spec::load_all(&checks).unwrap_err());
     for (file, line, field, fragment) in EXPECTED {
         assert!(
             errors.iter().any(|e| e.file.ends_with(file)
@@ -136,7 +137,7 @@ fn load_all_reports_every_section_error_with_line_and_field() {
     }
     assert_eq!(errors.len(), EXPECTED.len(), "{errors:#?}");
     // The one `load` (a run) stops at is among them.
-    let first = testbed::spec::load(&types).unwrap_err();
+    let first = testbed::planning::spec::load(&types).unwrap_err();
     assert!(errors.contains(&first), "{first}");
 }
 

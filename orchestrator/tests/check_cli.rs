@@ -64,7 +64,9 @@ fn write_run(dir: &Path, latency: impl Fn(u32) -> f64, host: Host) -> PathBuf {
             let first = depth == 1 && rep == 0;
             let (noisy, earlier) = match host {
                 Host::NoisyNotRerun if first => (true, 0),
-                Host::NoisyAfterReruns if first => (true, testbed::run::MAX_NOISY_RERUNS),
+                Host::NoisyAfterReruns if first => {
+                    (true, testbed::execution::run::MAX_NOISY_RERUNS)
+                }
                 _ => (false, 0),
             };
             let earlier: Vec<serde_json::Value> = (0..earlier)

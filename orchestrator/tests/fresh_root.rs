@@ -410,7 +410,7 @@ fn a_fresh_debian_root_gets_every_tool_from_x_setup() {
     let x = fs::read(repo.join("x")).expect("read x");
     let table = fs::read(repo.join("orchestrator/host-tools.txt")).expect("read host-tools.txt");
     let key = verdict_key(&x, &table);
-    let verdicts = testbed::paths::cache_root().join("fresh-root");
+    let verdicts = testbed::host::paths::cache_root().join("fresh-root");
     let pass = verdicts.join(format!("{key}.pass"));
     if pass.is_file() && !forced() {
         eprintln!(

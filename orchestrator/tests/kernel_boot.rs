@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use testbed::kernel::{self, KernelArtifact};
+use testbed::inputs::kernel::{self, KernelArtifact};
 
 fn configs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel-configs")

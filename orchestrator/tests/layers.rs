@@ -222,18 +222,31 @@ fn crate_paths(src: &str, file_depth: usize) -> Vec<Import> {
         while code.get(j).is_some_and(|ch| ch.is_whitespace()) {
             j += 1;
         }
-        if code.get(j) == Some(&'{') {
+        // `crate::{…}` or `crate::a::b::{…}`: the path's head before the
+        // group, then each member after it.
+        let head_end = (j..code.len())
+            .find(|&k| !(is_ident(code[k]) || code[k] == ':'))
+            .unwrap_or(code.len());
+        let head: String = code[j..head_end].iter().collect();
+        if code.get(head_end) == Some(&'{') && (head.is_empty() || head.ends_with("::")) {
             // The group's members, split at its top-level commas.
             let mut depth = 0;
-            let mut member_start = j + 1;
-            let mut k = j;
+            let mut member_start = head_end + 1;
+            let mut k = head_end;
             while k < code.len() {
                 match code[k] {
                     '{' => depth += 1,
                     '}' | ',' if depth == 1 => {
                         let member: String = code[member_start..k].iter().collect();
                         let at = member_start + member.len() - member.trim_start().len();
-                        push_path(&mut found, line_of(at), &prefix, member.trim());
+                        if !member.trim().is_empty() {
+                            push_path(
+                                &mut found,
+                                line_of(at),
+                                &prefix,
+                                &format!("{head}{}", member.trim()),
+                            );
+                        }
                         member_start = k + 1;
                         if code[k] == '}' {
                             break;
@@ -246,12 +259,8 @@ fn crate_paths(src: &str, file_depth: usize) -> Vec<Import> {
             }
             i = k + 1;
         } else {
-            let end = (j..code.len())
-                .find(|&k| !(is_ident(code[k]) || code[k] == ':'))
-                .unwrap_or(code.len());
-            let path: String = code[j..end].iter().collect();
-            push_path(&mut found, line_of(i), &prefix, path.trim_end_matches(':'));
-            i = end;
+            push_path(&mut found, line_of(i), &prefix, head.trim_end_matches(':'));
+            i = head_end;
         }
     }
     found
@@ -350,29 +359,52 @@ fn upward_imports(table: &[(String, Vec<String>)], files: &[(PathBuf, String)]) 
             ));
         }
         for imp in crate_paths(src, file_depth(rel)) {
-            if layer_names.contains(&imp.module.as_str()) {
+            // `crate::LAYER::MODULE…`: the layer, then the module in it.
+            let Some(claimed) = layer_names.iter().position(|l| *l == imp.module) else {
                 errors.push(format!(
-                    "src/{}:{}: `{}`: a layer's folder is not a path; name the module (lib.rs re-exports it)",
+                    "src/{}:{}: `{}`: name the module's layer (`crate::LAYER::{}`)",
                     rel.display(),
                     imp.line,
-                    imp.path
+                    imp.path,
+                    imp.module
                 ));
                 continue;
+            };
+            let after = imp
+                .path
+                .split("::")
+                .skip_while(|seg| *seg != imp.module)
+                .nth(1)
+                .map(|seg| {
+                    seg.chars()
+                        .take_while(|&ch| is_ident(ch))
+                        .collect::<String>()
+                })
+                .unwrap_or_default();
+            if after.is_empty() {
+                // `use crate::host;` or `crate::host::{…}`: a group names
+                // its modules one by one (crate_paths splits them).
+                continue;
             }
-            match layer.get(imp.module.as_str()) {
+            match layer.get(after.as_str()) {
                 None => errors.push(format!(
-                    "src/{}:{}: `{}`: module `{}` is in no layer",
+                    "src/{}:{}: `{}`: module `{after}` is in no layer",
+                    rel.display(),
+                    imp.line,
+                    imp.path,
+                )),
+                Some(&(theirs, _)) if theirs != claimed => errors.push(format!(
+                    "src/{}:{}: `{}`: module `{after}` is not in layer {}",
                     rel.display(),
                     imp.line,
                     imp.path,
                     imp.module
                 )),
                 Some(&(theirs, their_name)) if theirs > mine => errors.push(format!(
-                    "src/{}:{}: `{}`: {me} (layer {my_name}) imports {} (layer {their_name}), a higher layer",
+                    "src/{}:{}: `{}`: {me} (layer {my_name}) imports {after} (layer {their_name}), a higher layer",
                     rel.display(),
                     imp.line,
                     imp.path,
-                    imp.module
                 )),
                 Some(_) => {}
             }
@@ -469,7 +501,8 @@ fn finds_paths_in_every_form() {
                // crate::commented\n\
                fn f() { let s = \"crate::quoted\"; crate::h::i(s); '\"'; x::crate::j; }\n\
                pub(crate) fn k<'a>(_: &'a str) { $crate::macro_path; crate :: not_a_path; }\n\
-               /* crate::blocked */ const C: &str = r#\"crate::raw\"#; use crate::l;\n";
+               /* crate::blocked */ const C: &str = r#\"crate::raw\"#; use crate::l;\n\
+               use crate::m::{n, o::P};\n";
     assert_finds(
         crate_paths(src, 1),
         &[
@@ -479,6 +512,8 @@ fn finds_paths_in_every_form() {
             (3, "crate::g", "g"),
             (5, "crate::h::i", "h"),
             (7, "crate::l", "l"),
+            (8, "crate::m::n", "m"),
+            (8, "crate::m::o::P", "m"),
         ],
     );
 }
@@ -510,11 +545,12 @@ fn an_upward_import_is_named_with_its_file_and_line() {
     let files = [
         (
             PathBuf::from("low/a/x.rs"),
-            "use crate::a::y;\nfn f() { crate::b::g() }\n".to_string(),
+            "use crate::low::a::y;\nfn f() { crate::high::b::g() }\n".to_string(),
         ),
         (
             PathBuf::from("high/b.rs"),
-            "use crate::{a, c::Z};\nuse crate::low::a;\n".to_string(),
+            "use crate::{low::a, high::c::Z};\nuse crate::a;\nuse crate::high::{c, a};\n"
+                .to_string(),
         ),
         (PathBuf::from("low/mod.rs"), String::new()),
         (PathBuf::from("high/d.rs"), String::new()),
@@ -525,8 +561,9 @@ fn an_upward_import_is_named_with_its_file_and_line() {
     assert_eq!(
         upward_imports(&table, &files),
         [
-            "src/low/a/x.rs:2: `crate::b::g`: a (layer low) imports b (layer high), a higher layer",
-            "src/high/b.rs:2: `crate::low::a`: a layer's folder is not a path; name the module (lib.rs re-exports it)",
+            "src/low/a/x.rs:2: `crate::high::b::g`: a (layer low) imports b (layer high), a higher layer",
+            "src/high/b.rs:2: `crate::a`: name the module's layer (`crate::LAYER::a`)",
+            "src/high/b.rs:3: `crate::high::a`: module `a` is not in layer high",
             "src/high/d.rs: module `d` is in no layer",
             "src/low/c.rs: module `c` is in layer high, so it belongs in src/high/",
             "src/e.rs: not in a layer's folder",

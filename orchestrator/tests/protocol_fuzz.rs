@@ -12,10 +12,10 @@ use std::io::Cursor;
 use std::time::Duration;
 
 use arbitrary::Unstructured;
-use testbed::executor::PointOutcome;
-use testbed::executor::session::Session;
-use testbed::plan::Point;
-use testbed::qemu::channel::Channel;
+use testbed::execution::executor::PointOutcome;
+use testbed::execution::executor::session::Session;
+use testbed::machine::qemu::channel::Channel;
+use testbed::planning::plan::Point;
 use testbed_agent::protocol::{self, GuestMsg, Hello, SampleChunk};
 use testbed_agent::workload::Workload;
 use testbed_agent::workload::fault::{FaultMode, FaultParams};
@@ -201,7 +201,7 @@ fn check(u: &mut Unstructured<'_>, spill: &std::path::Path) -> arbitrary::Result
     let bytes = stream(u)?;
     let mut s = session(bytes, spill);
     let _ = s.handshake("n0nce", Duration::from_secs(5));
-    let no_limits = testbed::spec::Limits::default();
+    let no_limits = testbed::planning::spec::Limits::default();
     match s.run_point(
         JOB,
         &point(),

@@ -5,12 +5,12 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use testbed::qemu::argv::{Accel, Backing, QemuDevice, VmConfig, build_argv};
+use testbed::machine::qemu::argv::{Accel, Backing, QemuDevice, VmConfig, build_argv};
 
 #[test]
 #[ignore = "runs qemu-system-x86_64 (stopped before the guest starts)"]
 fn qemu_accepts_the_drive_error_policy_of_every_backend() {
-    let qemu = testbed::qemu::qemu_binary().expect("qemu-system-x86_64 is a host tool");
+    let qemu = testbed::machine::qemu::qemu_binary().expect("qemu-system-x86_64 is a host tool");
     let t = tempfile::tempdir().unwrap();
     // One file per drive: QEMU locks each image.
     let file = |name: &str| {

@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use testbed::qemu::pin::{PinSetting, Pinning, apply, host_cpus};
-use testbed::qemu::process::GroupProcess;
-use testbed::qemu::qmp::Qmp;
+use testbed::machine::qemu::pin::{PinSetting, Pinning, apply, host_cpus};
+use testbed::machine::qemu::process::GroupProcess;
+use testbed::machine::qemu::qmp::Qmp;
 
 /// The CPUs a thread may run on, as the kernel says.
 fn allowed(pid: u32, tid: u32) -> String {
@@ -21,7 +21,7 @@ fn allowed(pid: u32, tid: u32) -> String {
 }
 
 fn start_qemu(dir: &Path, vcpus: u32) -> (GroupProcess, Qmp) {
-    let qemu = testbed::qemu::qemu_binary().expect("qemu-system-x86_64 is a host tool");
+    let qemu = testbed::machine::qemu::qemu_binary().expect("qemu-system-x86_64 is a host tool");
     let sock = dir.join("qmp.sock");
     let argv: Vec<String> = [
         qemu.to_string_lossy().as_ref(),
@@ -53,7 +53,7 @@ fn check_against_kernel(pid: u32, p: &Pinning) {
         match &t.not_pinned {
             None => assert_eq!(
                 now,
-                testbed::qemu::pin::cpu_list(&t.host_cpus),
+                testbed::machine::qemu::pin::cpu_list(&t.host_cpus),
                 "thread {}",
                 t.thread_id
             ),

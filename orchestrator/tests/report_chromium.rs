@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use testbed::figures::{self, report};
-use testbed::plan::Point;
-use testbed::results::manifest::{self, Manifest, PointRecord, RunStatus};
-use testbed::results::samples;
+use testbed::drawing::figures::{self, report};
+use testbed::planning::plan::Point;
+use testbed::recording::results::manifest::{self, Manifest, PointRecord, RunStatus};
+use testbed::recording::results::samples;
 use testbed_agent::protocol::SampleChunk;
 use testbed_agent::workload::Summary;
 
@@ -107,7 +107,8 @@ fn write_run(dir: &Path, experiment: &str, figures: &[&str], pts: Vec<Pt<'_>>) {
     }
     samples::merge(&files, &dir.join("samples.parquet")).unwrap();
     let done: Vec<&PointRecord> = records.iter().filter(|r| r.ok).collect();
-    let t = testbed::results::summary_table::batch("20260101T000000-beef", &done).unwrap();
+    let t =
+        testbed::recording::results::summary_table::batch("20260101T000000-beef", &done).unwrap();
     samples::write_parquet(&dir.join("summary.parquet"), t.schema(), &[t]).unwrap();
     let m = Manifest {
         testbed_version: "0.1.0".into(),

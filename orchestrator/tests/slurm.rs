@@ -1,6 +1,6 @@
 //! The Slurm executor through a real one-node Slurm: munged, slurmctld
 //! and slurmd from Debian, started by each test in a private directory
-//! (testbed::slurm::local) and stopped when it ends. No stand-in
+//! (testbed::execution::slurm::local) and stopped when it ends. No stand-in
 //! scheduler: sbatch, scontrol and scancel are Slurm's own.
 //!
 //! - a quick spec as an array whose collected run equals a direct run's,
@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use testbed::slurm::local::LocalSlurm;
+use testbed::execution::slurm::local::LocalSlurm;
 
 mod common;
 use common::slurm::{
@@ -36,8 +36,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Every column of samples.parquet but run_id, row by row, sorted.
 fn sample_rows(run: &Path) -> (Vec<String>, Vec<String>) {
     use arrow::array::Array;
-    let (_, batches) = testbed::results::samples::read_parquet(&run.join("samples.parquet"))
-        .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
+    let (_, batches) =
+        testbed::recording::results::samples::read_parquet(&run.join("samples.parquet"))
+            .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
     let mut rows = Vec::new();
     let mut run_ids = Vec::new();
     for b in &batches {
@@ -135,7 +136,7 @@ fn a_quick_spec_as_a_job_array_collects_to_what_a_direct_run_gives() {
     assert_eq!(run_ids, ["array-run"], "the whole run's id in every row");
     // The summary table holds every point too.
     let (_, summary) =
-        testbed::results::samples::read_parquet(&run.join("summary.parquet")).unwrap();
+        testbed::recording::results::samples::read_parquet(&run.join("summary.parquet")).unwrap();
     assert_eq!(summary.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
     // Each task on its node, with its own manifest kept.
     let tasks = m["inputs"]["slurm"]["tasks"].as_array().unwrap();

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arbitrary::{Result as ArbResult, Unstructured};
-use testbed::plan::HostLimits;
-use testbed::spec::SpecError;
+use testbed::planning::plan::HostLimits;
+use testbed::planning::spec::SpecError;
 
 /// The name every in-memory input is parsed under.
 const NAME: &str = "fuzz/spec.toml";
@@ -116,14 +116,14 @@ fn count(outcome: usize) {
 /// fails the test.
 fn check(source: &str) {
     let path = Path::new(NAME);
-    let loaded = match testbed::spec::parse(path, source) {
+    let loaded = match testbed::planning::spec::parse(path, source) {
         Ok(l) => l,
         Err(e) => {
             count(0);
             return check_error(&e, path, source);
         }
     };
-    match testbed::plan::plan_on(&loaded, &limits()) {
+    match testbed::planning::plan::plan_on(&loaded, &limits()) {
         Ok(_) => count(2),
         Err(e) => {
             count(1);
@@ -294,8 +294,8 @@ fn arbitrary_text_never_panics_and_refusals_name_the_file() {
                     .and_then(|mut f| f.write_all(bytes))
                     .map_err(|_| arbitrary::Error::IncorrectFormat)?;
                 guarded(bytes, || {
-                    let result = testbed::spec::load(&path)
-                        .and_then(|l| testbed::plan::plan_on(&l, &limits()).map(|_| ()));
+                    let result = testbed::planning::spec::load(&path)
+                        .and_then(|l| testbed::planning::plan::plan_on(&l, &limits()).map(|_| ()));
                     if let Err(e) = result {
                         check_error(&e, &path, &String::from_utf8_lossy(bytes));
                     }
@@ -706,8 +706,8 @@ fn the_corpus_never_panics() {
     for (path, text) in &seeds {
         guarded(text.as_bytes(), || check(text));
         // As a file too: the error then names that file.
-        let result = testbed::spec::load(path)
-            .and_then(|l| testbed::plan::plan_on(&l, &limits()).map(|_| ()));
+        let result = testbed::planning::spec::load(path)
+            .and_then(|l| testbed::planning::plan::plan_on(&l, &limits()).map(|_| ()));
         if let Err(e) = result {
             check_error(&e, path, text);
         }

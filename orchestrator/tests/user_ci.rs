@@ -190,7 +190,10 @@ fn ci_job_with(
         // As the main branch: a run that passes joins the history.
         .env("TESTBED_CI_UPDATE_HISTORY", "1")
         .env("TESTBED_CI_OUT", out)
-        .env("TESTBED_CACHE", testbed::kernel::default_cache_root())
+        .env(
+            "TESTBED_CACHE",
+            testbed::inputs::kernel::default_cache_root(),
+        )
         .env_remove("TESTBED_CI_KERNEL")
         .env_remove("TESTBED_CI_UPDATE_BASELINE")
         .env_remove("TESTBED_CI_KEEP")
@@ -341,7 +344,7 @@ mod measures {
             "{description}"
         );
         let key = kernel["key"].as_str().unwrap();
-        let cached = testbed::kernel::default_cache_root()
+        let cached = testbed::inputs::kernel::default_cache_root()
             .join("kernels")
             .join(key)
             .join("meta.json");

@@ -173,7 +173,7 @@ const PATCH: (&str, &str) = ("0001-hook.patch", "--- a/x\n+++ b/x\n@@ -1 +1 @@\n
 /// meta.json and one patch, the patch's sha256 in the manifest; and a
 /// claims.json drawn after the run. No VM, no guest build.
 fn sealed_run(dir: &Path) -> PathBuf {
-    use testbed::results::{manifest, outputs};
+    use testbed::recording::results::{manifest, outputs};
     let run = dir.join("run");
     std::fs::create_dir_all(run.join("points")).unwrap();
     let point = common::synthetic::depth_point(1, 0);
@@ -186,7 +186,8 @@ fn sealed_run(dir: &Path) -> PathBuf {
     std::fs::write(entry.join("config"), "CONFIG_X=y\n").unwrap();
     std::fs::write(entry.join("meta.json"), "{}").unwrap();
     std::fs::write(entry.join("patches").join(PATCH.0), PATCH.1).unwrap();
-    let (sha, _) = testbed::fsutil::sha256_file(&entry.join("patches").join(PATCH.0)).unwrap();
+    let (sha, _) =
+        testbed::host::fsutil::sha256_file(&entry.join("patches").join(PATCH.0)).unwrap();
     m.inputs.kernel = Some(manifest::KernelInput {
         name: "vm-hooks".into(),
         patches: vec![PATCH.0.into()],

@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::procfs;
-use crate::wait::{Until, poll};
+use crate::host::procfs;
+use crate::host::wait::{Until, poll};
 
 /// The variable that asks for one kind of containment.
 pub const CONTAINMENT_ENV: &str = "TESTBED_CONTAINMENT";
@@ -439,7 +439,7 @@ pub fn sweep() -> Vec<String> {
     }
     // The memory and pids cgroups of a hybrid host's v1 hierarchies, empty
     // now that their members were killed above.
-    crate::kernel_limits::sweep(owner_alive);
+    crate::host::kernel_limits::sweep(owner_alive);
     said
 }
 
@@ -486,7 +486,7 @@ fn sweep_top(kind: Kind, top: &Path, me: u32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wait::Waited;
+    use crate::host::wait::Waited;
 
     const MOUNTINFO: &str = "\
 25 30 0:23 / /sys rw,nosuid shared:7 - sysfs sysfs rw

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::wait::{Until, poll};
+use crate::host::wait::{Until, poll};
 
 /// The directory under a v1 controller's mount that holds the testbed's
 /// cgroups (as `cgroup::TOP` does for containment).
@@ -254,7 +254,7 @@ impl Enforced {
         let procs: Vec<CString> = self
             .made
             .iter()
-            .map(|d| crate::cgroup::procs_file(d))
+            .map(|d| crate::host::cgroup::procs_file(d))
             .collect::<Result<_, _>>()?;
         let address_space = self
             .applied
@@ -266,7 +266,7 @@ impl Enforced {
         unsafe {
             cmd.pre_exec(move || {
                 for p in &procs {
-                    crate::cgroup::join_in_child(p)?;
+                    crate::host::cgroup::join_in_child(p)?;
                 }
                 if let Some(bytes) = address_space {
                     let lim = libc::rlimit {

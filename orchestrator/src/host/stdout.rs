@@ -57,7 +57,7 @@ pub fn print(args: fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {
-        $crate::stdout::print(::std::format_args!($($arg)*))
+        $crate::host::stdout::print(::std::format_args!($($arg)*))
     };
 }
 
@@ -65,10 +65,10 @@ macro_rules! out {
 #[macro_export]
 macro_rules! outln {
     () => {
-        $crate::stdout::print(::std::format_args!("\n"))
+        $crate::host::stdout::print(::std::format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::stdout::print(::std::format_args!("{}\n", ::std::format_args!($($arg)*)))
+        $crate::host::stdout::print(::std::format_args!("{}\n", ::std::format_args!($($arg)*)))
     };
 }
 

@@ -47,7 +47,7 @@ impl Until {
 /// result that arrived while sleeping is never lost to the deadline.
 pub fn poll<T>(until: Until, every: Duration, mut check: impl FnMut() -> Option<T>) -> Waited<T> {
     loop {
-        if until.interruptible && crate::interrupt::interrupted() {
+        if until.interruptible && crate::host::interrupt::interrupted() {
             return Waited::Interrupted;
         }
         let late = until.deadline.is_some_and(|d| Instant::now() >= d);

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::lock::{self, Lock, LockError, Mode};
+use crate::host::lock::{self, Lock, LockError, Mode};
 
 /// One reusable thing in the cache.
 #[derive(Debug, Clone)]
@@ -110,11 +110,12 @@ fn lock_path(root: &Path, area: &str, name: &str) -> PathBuf {
 
 /// Every entry under `root`, oldest use first.
 pub fn list(root: &Path) -> Result<Vec<Entry>, CacheError> {
-    let kernels: std::collections::BTreeMap<String, String> = crate::kernel::list_cached(root)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|k| (k.key, format!("kernel {} {}", k.name, k.release)))
-        .collect();
+    let kernels: std::collections::BTreeMap<String, String> =
+        crate::inputs::kernel::list_cached(root)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|k| (k.key, format!("kernel {} {}", k.name, k.release)))
+            .collect();
     let mut out: Vec<Entry> = Vec::new();
     for area in AREAS {
         let dir = root.join(area);
@@ -297,7 +298,7 @@ pub fn hold_for_run(root: &Path, paths: &[PathBuf]) -> Result<Vec<Lock>, CacheEr
             continue;
         }
         if let Some(dir) = lock_file.parent() {
-            crate::fsutil::create_dir(dir).map_err(io(dir))?;
+            crate::host::fsutil::create_dir(dir).map_err(io(dir))?;
         }
         held.push(lock::lock(
             &lock_file,

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::kernel::KernelArtifact;
+use crate::inputs::kernel::KernelArtifact;
 
 /// Where the agent looks for the objects (`engine_hook::BPF_DIR`).
 pub const GUEST_DIR: &str = "lib/testbed/bpf";
@@ -33,7 +33,7 @@ pub enum EbpfError {
     #[error("building the BPF programs failed ({command}):\n{output}")]
     Build { command: String, output: String },
     #[error(transparent)]
-    Lock(#[from] crate::lock::LockError),
+    Lock(#[from] crate::host::lock::LockError),
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> EbpfError + '_ {
@@ -64,9 +64,10 @@ pub fn build_for(
             kernel: kernel.name.clone(),
         });
     }
-    crate::hosttools::preflight(&["bpf"]).map_err(|e| EbpfError::ToolsMissing(e.to_string()))?;
+    crate::host::hosttools::preflight(&["bpf"])
+        .map_err(|e| EbpfError::ToolsMissing(e.to_string()))?;
     let out = cache.join("bpf").join(&kernel.key);
-    crate::phases::time("images", || build(src_dir, &vmlinux_h, &out))
+    crate::host::phases::time("images", || build(src_dir, &vmlinux_h, &out))
 }
 
 /// `make -C src_dir OUT=out VMLINUX_H=vmlinux_h`; returns the objects.
@@ -78,13 +79,13 @@ pub fn build(
     out: &Path,
 ) -> Result<Vec<(String, PathBuf)>, EbpfError> {
     let lock_path = out.with_extension("lock");
-    let _lock = crate::lock::lock_or_wait(
+    let _lock = crate::host::lock::lock_or_wait(
         &lock_path,
-        crate::lock::Mode::Exclusive,
+        crate::host::lock::Mode::Exclusive,
         &format!("the BPF objects in {}", out.display()),
     )?;
     std::fs::create_dir_all(out).map_err(io(out))?;
-    if let Some(why) = crate::paths::no_build() {
+    if let Some(why) = crate::host::paths::no_build() {
         // A Slurm task uses the objects the submitting host built.
         let objects = built_objects(out)?;
         if objects.is_empty() {
@@ -197,7 +198,8 @@ mod tests {
         let h = t.path().join("vmlinux.h");
         std::fs::write(&h, "").unwrap();
         let out = t.path().join("bpf/key");
-        let holder = crate::lock::test_support::Holder::exclusive(&t.path().join("bpf/key.lock"));
+        let holder =
+            crate::host::lock::test_support::Holder::exclusive(&t.path().join("bpf/key.lock"));
         let (tx, rx) = mpsc::channel();
         let (s2, h2, o2) = (src.clone(), h.clone(), out.clone());
         let worker = std::thread::spawn(move || {

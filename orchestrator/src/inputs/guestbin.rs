@@ -32,7 +32,7 @@ pub enum GuestBinError {
 /// Runs the build in a process group that dies with us and that Ctrl-C or a
 /// SIGTERM sent to `testbed` stops too.
 fn run_contained(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus> {
-    crate::qemu::process::GroupProcess::spawn_command(cmd)?
+    crate::machine::qemu::process::GroupProcess::spawn_command(cmd)?
         .wait_or_interrupt()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::Interrupted, "interrupted"))
 }
@@ -203,7 +203,7 @@ pub fn ensure_all(
                     env: h.env.into(),
                 });
             }
-        } else if let Some(why) = crate::paths::no_build() {
+        } else if let Some(why) = crate::host::paths::no_build() {
             return Err(missing(format!("{} ({why})", first.binary)));
         } else {
             build(repo, &to_build, progress)?;
@@ -297,7 +297,7 @@ fn run_build(mut cmd: Command, name: &str, command: String) -> Result<(), GuestB
         status: e.to_string(),
         command: command.clone(),
     });
-    crate::phases::add("rust build", started.elapsed());
+    crate::host::phases::add("rust build", started.elapsed());
     let status = status?;
     if !status.success() {
         return Err(GuestBinError::Build {
@@ -444,7 +444,7 @@ fn is_per_crate_cargo_var(name: &str) -> bool {
 /// An ELF with no PT_INTERP and no DT_NEEDED needs no dynamic loader and
 /// no libraries; read from its headers, never by running it (as ldd may).
 pub fn is_static(path: &Path) -> bool {
-    crate::image::libs::elf_deps(path).is_ok_and(|d| d.is_static())
+    crate::inputs::image::libs::elf_deps(path).is_ok_and(|d| d.is_static())
 }
 
 #[cfg(test)]
@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn is_static_reads_the_headers_and_runs_nothing() {
         assert!(!is_static(Path::new("/bin/ls")), "/bin/ls is dynamic");
-        if let Some(busybox) = crate::paths::busybox() {
+        if let Some(busybox) = crate::host::paths::busybox() {
             assert!(is_static(&busybox), "{}", busybox.display());
         }
         // A script that would leave a mark if anything ran it.
@@ -585,7 +585,7 @@ mod tests {
         assert_eq!(b.family("arrowsam"), Some(&[ASAM.package.to_string()][..]));
         assert_eq!(b.family("nosuch"), None);
         // ./x reads the same file with the same rules.
-        let x = std::fs::read_to_string(crate::paths::repo_root().join("x")).unwrap();
+        let x = std::fs::read_to_string(crate::host::paths::repo_root().join("x")).unwrap();
         assert!(x.contains("orchestrator/guest-build.txt"));
         assert!(x.contains("build_field helper") && x.contains("build_field dynamic"));
     }
@@ -594,7 +594,7 @@ mod tests {
     /// without one, and the family of what `./x reproduce` is given.
     #[test]
     fn x_builds_the_helpers_of_the_family_it_reproduces() {
-        let root = crate::paths::repo_root();
+        let root = crate::host::paths::repo_root();
         let x = std::fs::read_to_string(root.join("x")).unwrap();
         let function = |name: &str| {
             let start = x.find(&format!("\n{name}() {{")).expect(name) + 1;

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::kernel_limits::{MemoryGroup, PeakFromNow, live_memory_groups};
+use crate::host::kernel_limits::{MemoryGroup, PeakFromNow, live_memory_groups};
 
 /// One point's cost to the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,7 +72,7 @@ pub fn start() -> Start {
         let _ = std::fs::write(format!("/proc/{}/clear_refs", p.pid), "5");
     }
     Start {
-        cgroup: crate::cgroup::cpu_usec(),
+        cgroup: crate::host::cgroup::cpu_usec(),
         procs: proc_cpu(&procs),
         vcpu_us: vcpu_usec(&procs),
         memory: live_memory_groups()
@@ -117,15 +117,15 @@ pub fn end(start: &Start) -> HostCost {
     let procs = run_processes();
     let peaks: Vec<u64> = procs.iter().filter_map(|p| vm_hwm_kib(p.pid)).collect();
     // Both ends from one source: cgroups only if both could be read.
-    let ((user0, system0), (user1, system1), cpu) = match (start.cgroup, crate::cgroup::cpu_usec())
-    {
-        (Some(a), Some(b)) => (a, b, "cgroup v2 cpu.stat"),
-        _ => (
-            start.procs,
-            proc_cpu(&procs),
-            "/proc/PID/stat of the run's processes",
-        ),
-    };
+    let ((user0, system0), (user1, system1), cpu) =
+        match (start.cgroup, crate::host::cgroup::cpu_usec()) {
+            (Some(a), Some(b)) => (a, b, "cgroup v2 cpu.stat"),
+            _ => (
+                start.procs,
+                proc_cpu(&procs),
+                "/proc/PID/stat of the run's processes",
+            ),
+        };
     let charged = charged_peak(start);
     let charged_source = charged
         .as_ref()
@@ -166,8 +166,10 @@ struct Proc {
 /// testbed process itself.
 fn run_processes() -> Vec<Proc> {
     let me = std::process::id();
-    let groups: BTreeSet<u32> = crate::qemu::process::live_leaders().into_iter().collect();
-    let contained: BTreeSet<u32> = crate::cgroup::live_members().into_iter().collect();
+    let groups: BTreeSet<u32> = crate::machine::qemu::process::live_leaders()
+        .into_iter()
+        .collect();
+    let contained: BTreeSet<u32> = crate::host::cgroup::live_members().into_iter().collect();
     let tick_us = 1e6 / clock_ticks_per_second();
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -315,8 +317,8 @@ mod tests {
         assert_eq!(parse_thread_stat(text), Some((150, 30)));
     }
 
-    fn limited(memory: Option<u64>, processes: Option<u64>) -> crate::kernel_limits::Wanted {
-        use crate::kernel_limits::{Limit, Wanted};
+    fn limited(memory: Option<u64>, processes: Option<u64>) -> crate::host::kernel_limits::Wanted {
+        use crate::host::kernel_limits::{Limit, Wanted};
         Wanted {
             memory: memory.map(|m| Limit {
                 value: m << 20,
@@ -337,7 +339,7 @@ mod tests {
         // 256 MiB written under a 32 MiB limit.
         let mut cmd = Command::new("python3");
         cmd.args(["-c", "b = b'x' * (256 << 20)\nimport time\ntime.sleep(30)"]);
-        let mut child = crate::qemu::process::GroupProcess::spawn_command_limited(
+        let mut child = crate::machine::qemu::process::GroupProcess::spawn_command_limited(
             &mut cmd,
             &limited(Some(32), None),
         )
@@ -374,19 +376,19 @@ mod tests {
         ])
         .arg(&done);
         let first = start();
-        let mut child = crate::qemu::process::GroupProcess::spawn_command_limited(
+        let mut child = crate::machine::qemu::process::GroupProcess::spawn_command_limited(
             &mut cmd,
             &limited(Some(512), None),
         )
         .unwrap();
         let described = child.limits_described();
-        let finished = crate::wait::poll(
-            crate::wait::Until::after(Duration::from_secs(20)),
+        let finished = crate::host::wait::poll(
+            crate::host::wait::Until::after(Duration::from_secs(20)),
             Duration::from_millis(20),
             || done.exists().then_some(()),
         );
         assert!(
-            matches!(finished, crate::wait::Waited::Done(())),
+            matches!(finished, crate::host::wait::Waited::Done(())),
             "python never finished: {described:?}"
         );
         let point = end(&first);
@@ -419,19 +421,19 @@ mod tests {
         // 64 sleepers under a limit of 32 processes.
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "for i in $(seq 64); do sleep 30 & done; wait"]);
-        let mut child = crate::qemu::process::GroupProcess::spawn_command_limited(
+        let mut child = crate::machine::qemu::process::GroupProcess::spawn_command_limited(
             &mut cmd,
             &limited(None, Some(32)),
         )
         .unwrap();
         let described = child.limits_described();
-        let hit = crate::wait::poll(
-            crate::wait::Until::after(std::time::Duration::from_secs(20)),
+        let hit = crate::host::wait::poll(
+            crate::host::wait::Until::after(std::time::Duration::from_secs(20)),
             std::time::Duration::from_millis(50),
             || child.limit_hit(),
         );
         child.kill();
-        let crate::wait::Waited::Done(hit) = hit else {
+        let crate::host::wait::Waited::Done(hit) = hit else {
             panic!("no fork refused in 20 s: {described:?}");
         };
         assert!(
@@ -467,7 +469,8 @@ mod tests {
             "import time\nb = bytearray(64 << 20)\nt = time.time()\nwhile time.time() - t < 0.3: pass\ntime.sleep(5)",
         ]);
         let start = start();
-        let mut child = crate::qemu::process::GroupProcess::spawn_command(&mut cmd).unwrap();
+        let mut child =
+            crate::machine::qemu::process::GroupProcess::spawn_command(&mut cmd).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(900));
         let cost = end(&start);
         child.kill();

@@ -18,7 +18,7 @@ pub struct HostInfo {
     pub git_dirty: Option<bool>,
     /// The canary's timings at the run's start and end (calibrate.rs).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub speed: Option<crate::calibrate::HostSpeed>,
+    pub speed: Option<crate::machine::calibrate::HostSpeed>,
 }
 
 pub fn collect(repo: &Path, qemu: Option<&Path>) -> HostInfo {
@@ -47,7 +47,7 @@ pub fn collect(repo: &Path, qemu: Option<&Path>) -> HostInfo {
             })
             .unwrap_or_default(),
         memory_kib: mem_total_kib(&meminfo).unwrap_or(0),
-        qemu_version: qemu.and_then(crate::qemu::process::qemu_version),
+        qemu_version: qemu.and_then(crate::machine::qemu::process::qemu_version),
         git_commit: git(repo, &["rev-parse", "HEAD"]),
         git_dirty: git(repo, &["status", "--porcelain", "--untracked-files=no"])
             .map(|s| !s.is_empty()),

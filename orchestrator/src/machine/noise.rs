@@ -59,7 +59,7 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
 
 /// From /proc/PID/stat: (process group, utime + stime + cutime + cstime).
 pub fn parse_pid_stat(text: &str) -> Option<(u32, u64)> {
-    let (pgrp, user, system) = crate::hostcost::parse_stat(text)?;
+    let (pgrp, user, system) = crate::machine::hostcost::parse_stat(text)?;
     Some((pgrp, user + system))
 }
 
@@ -77,9 +77,11 @@ impl Snapshot {
     pub fn take() -> Option<Snapshot> {
         let cpu = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
         let me = std::process::id();
-        let groups: BTreeSet<u32> = crate::qemu::process::live_leaders().into_iter().collect();
+        let groups: BTreeSet<u32> = crate::machine::qemu::process::live_leaders()
+            .into_iter()
+            .collect();
         // What left its group (setsid) is still the run's, by its cgroup.
-        let contained: BTreeSet<u32> = crate::cgroup::live_members().into_iter().collect();
+        let contained: BTreeSet<u32> = crate::host::cgroup::live_members().into_iter().collect();
         let mut own = 0;
         for e in std::fs::read_dir("/proc").ok()?.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use testbed_agent::protocol::DeviceRef;
 use testbed_agent::workload::{ParamError, Workload};
 
-use crate::spec::{ExecutorKind, LoadedSpec, Origin, PathSeg, SpecError, TopologyKind};
-use crate::units::Size;
+use crate::host::units::Size;
+use crate::planning::spec::{ExecutorKind, LoadedSpec, Origin, PathSeg, SpecError, TopologyKind};
 
 /// Most threads (or jobs, or streams) one workload may start in the guest:
 /// each is a thread or process with its own stack, and a typo such as
@@ -42,9 +42,9 @@ impl HostLimits {
     /// This host and this source tree.
     pub fn current() -> Self {
         HostLimits {
-            mem_total: crate::hostinfo::mem_total_bytes(),
-            figures_dir: crate::paths::figure_defs(),
-            cpus: Some(crate::qemu::pin::host_cpus()).filter(|c| !c.is_empty()),
+            mem_total: crate::machine::hostinfo::mem_total_bytes(),
+            figures_dir: crate::host::paths::figure_defs(),
+            cpus: Some(crate::machine::qemu::pin::host_cpus()).filter(|c| !c.is_empty()),
         }
     }
 }
@@ -133,10 +133,12 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
         for v in values.iter() {
             let mut table = spec.workload.clone();
             table.insert(axis.to_string(), v.clone());
-            crate::spec::workload_from_table(loaded, &table, Some(axis)).map_err(|mut e| {
-                e.message = format!("value {v}: {}", e.message);
-                e
-            })?;
+            crate::planning::spec::workload_from_table(loaded, &table, Some(axis)).map_err(
+                |mut e| {
+                    e.message = format!("value {v}: {}", e.message);
+                    e
+                },
+            )?;
         }
     }
     let combos: Vec<Combo<'_>> = cartesian(&axes)
@@ -164,7 +166,7 @@ pub fn plan_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, SpecError
             params.insert(axis.to_string(), value.clone());
         }
         let workload =
-            crate::spec::workload_from_table(loaded, &table, None).map_err(|mut e| {
+            crate::planning::spec::workload_from_table(loaded, &table, None).map_err(|mut e| {
                 if !params.is_empty() {
                     e.message = format!("at sweep point {}: {}", describe(&params), e.message);
                 }
@@ -232,16 +234,18 @@ pub fn plan_all_on(loaded: &LoadedSpec, host: &HostLimits) -> Result<Plan, Vec<S
         check_vm_axes(loaded),
     ];
     for e in checks.into_iter().filter_map(Result::err) {
-        crate::spec::push_new(&mut errors, e);
+        crate::planning::spec::push_new(&mut errors, e);
     }
     let spec = &loaded.spec;
     for (axis, values) in spec.sweep.iter().filter(|(a, _)| !a.starts_with("vm.")) {
         for v in values {
             let mut table = spec.workload.clone();
             table.insert(axis.to_string(), v.clone());
-            if let Err(mut e) = crate::spec::workload_from_table(loaded, &table, Some(axis)) {
+            if let Err(mut e) =
+                crate::planning::spec::workload_from_table(loaded, &table, Some(axis))
+            {
                 e.message = format!("value {v}: {}", e.message);
-                crate::spec::push_new(&mut errors, e);
+                crate::planning::spec::push_new(&mut errors, e);
             }
         }
     }
@@ -298,7 +302,7 @@ fn check_vm_axes(loaded: &LoadedSpec) -> Result<(), SpecError> {
                 "{axis}: the only VM setting a sweep may vary is {VCPUS_AXIS}"
             )));
         }
-        if spec.experiment.executor != crate::spec::ExecutorKind::Qemu {
+        if spec.experiment.executor != crate::planning::spec::ExecutorKind::Qemu {
             return Err(at(format!("{VCPUS_AXIS} needs the qemu executor")));
         }
         if let Some(v) = values
@@ -349,10 +353,12 @@ pub fn check_thread_counts(workload: &Workload) -> Result<(), ParamError> {
 /// QEMU would fail to allocate it and the guest never start.
 /// An explicit `[vm] pin` list names CPUs this host has, one per vCPU.
 fn check_pin(loaded: &LoadedSpec, host: Option<&[u32]>) -> Result<(), SpecError> {
-    let (crate::qemu::pin::PinSetting::Cpus(list), Some(host)) = (&loaded.spec.vm.pin, host) else {
+    let (crate::machine::qemu::pin::PinSetting::Cpus(list), Some(host)) =
+        (&loaded.spec.vm.pin, host)
+    else {
         return Ok(());
     };
-    crate::qemu::pin::check_list(list, loaded.spec.vm.vcpus, host)
+    crate::machine::qemu::pin::check_list(list, loaded.spec.vm.vcpus, host)
         .map_err(|why| loaded.error_at("vm", Some("pin"), why.to_string()))
 }
 
@@ -387,7 +393,7 @@ pub fn check_memory(loaded: &LoadedSpec, mem_total: Option<u64>) -> Result<(), S
         Some("memory"),
         format!(
             "{need}, more than this host's {} (MemTotal in /proc/meminfo)",
-            crate::hostinfo::human_bytes(host)
+            crate::machine::hostinfo::human_bytes(host)
         ),
     ))
 }
@@ -559,7 +565,7 @@ fn skipped(combo: &Combo<'_>, skip: &[BTreeMap<String, toml::Value>]) -> bool {
         entry.iter().all(|(axis, value)| {
             combo
                 .iter()
-                .any(|(a, v)| *a == axis && crate::spec::skip_values(value).contains(v))
+                .any(|(a, v)| *a == axis && crate::planning::spec::skip_values(value).contains(v))
         })
     })
 }
@@ -604,7 +610,8 @@ block_size = [512, 4096]
                 "[experiment]\nname = \"q\"\n{extra}\n[workload]\nkind = \"flight-query\"\nclients = {clients}\n"
             )
         };
-        let planned = |text: String| plan(&crate::spec::parse(Path::new("q.toml"), &text).unwrap());
+        let planned =
+            |text: String| plan(&crate::planning::spec::parse(Path::new("q.toml"), &text).unwrap());
         let e = planned(spec("", r#"["odbc-row"]"#)).unwrap_err();
         assert!(
             e.to_string().contains("testbed-odbc is linked dynamically")
@@ -626,7 +633,8 @@ block_size = [512, 4096]
     #[test]
     fn skipped_combinations_are_not_planned_and_a_bad_skip_names_its_line() {
         let with = |skip: &str| format!("{SPEC}\n{skip}");
-        let planned = |text: String| plan(&crate::spec::parse(Path::new("t.toml"), &text)?);
+        let planned =
+            |text: String| plan(&crate::planning::spec::parse(Path::new("t.toml"), &text)?);
         // threads 2 and 4 at block size 512: 2 of the 6 combinations.
         let p = planned(with("[[sweep_skip]]\nthreads = [2, 4]\nblock_size = 512\n")).unwrap();
         assert_eq!(p.points.len(), 4 * 2);
@@ -657,7 +665,7 @@ block_size = [512, 4096]
 
     #[test]
     fn cartesian_product_times_repetitions() {
-        let s = crate::spec::parse(Path::new("t.toml"), SPEC).unwrap();
+        let s = crate::planning::spec::parse(Path::new("t.toml"), SPEC).unwrap();
         let p = plan(&s).unwrap();
         assert_eq!(p.points.len(), 3 * 2 * 2);
         let ids: std::collections::BTreeSet<_> = p.points.iter().map(Point::id).collect();
@@ -686,7 +694,7 @@ block_size = [512, 4096]
         assert_eq!(groups(4, 1), [0, 0, 0, 0]);
         assert_eq!(groups(6, 2), [0, 0, 0, 1, 1, 1]);
         // The plan carries them: each repetition's points in its group.
-        let s = crate::spec::parse(
+        let s = crate::planning::spec::parse(
             Path::new("t.toml"),
             &SPEC.replace("repetitions = 2", "repetitions = 2\nboots = 2"),
         )
@@ -697,13 +705,14 @@ block_size = [512, 4096]
             "{:?}",
             p.points
         );
-        let one = plan(&crate::spec::parse(Path::new("t.toml"), SPEC).unwrap()).unwrap();
+        let one = plan(&crate::planning::spec::parse(Path::new("t.toml"), SPEC).unwrap()).unwrap();
         assert!(one.points.iter().all(|pt| pt.boot_group == 0));
     }
 
     #[test]
     fn boots_beyond_repetitions_or_off_the_qemu_executor_are_refused() {
-        let err = |text: String| crate::spec::parse(Path::new("t.toml"), &text).unwrap_err();
+        let err =
+            |text: String| crate::planning::spec::parse(Path::new("t.toml"), &text).unwrap_err();
         let e = err(SPEC.replace("repetitions = 2", "repetitions = 2\nboots = 3"));
         assert_eq!(e.field.as_deref(), Some("experiment.boots"), "{e}");
         assert!(e.to_string().contains("3 boots for 2 repetitions"), "{e}");
@@ -719,7 +728,7 @@ block_size = [512, 4096]
     #[test]
     fn a_vcpus_axis_sets_each_points_vm_and_groups_them_per_boot() {
         let spec = SPEC.replace("block_size = [512, 4096]", "\"vm.vcpus\" = [2, 1]");
-        let s = crate::spec::parse(Path::new("t.toml"), &spec).unwrap();
+        let s = crate::planning::spec::parse(Path::new("t.toml"), &spec).unwrap();
         let p = plan(&s).unwrap();
         assert_eq!(p.points.len(), 3 * 2 * 2);
         // Within a repetition, one vCPU count's points are together.
@@ -742,7 +751,7 @@ block_size = [512, 4096]
         }
         let refused = |sweep: &str| {
             let spec = SPEC.replace("block_size = [512, 4096]", sweep);
-            let s = crate::spec::parse(Path::new("t.toml"), &spec).unwrap();
+            let s = crate::planning::spec::parse(Path::new("t.toml"), &spec).unwrap();
             plan(&s).unwrap_err()
         };
         let e = refused("\"vm.memory\" = [\"1G\"]");
@@ -759,7 +768,7 @@ block_size = [512, 4096]
     #[test]
     fn sweep_values_too_large_for_many_points_are_refused() {
         let big = format!("\"{}\"", "x".repeat(5000));
-        let s = crate::spec::parse(
+        let s = crate::planning::spec::parse(
             Path::new("t.toml"),
             &SPEC.replace(
                 "block_size = [512, 4096]",
@@ -775,7 +784,8 @@ block_size = [512, 4096]
     #[test]
     fn a_bad_sweep_value_is_refused_at_the_sweep_line() {
         let s =
-            crate::spec::parse(Path::new("t.toml"), &SPEC.replace("[1, 2, 4]", "[1, 0]")).unwrap();
+            crate::planning::spec::parse(Path::new("t.toml"), &SPEC.replace("[1, 2, 4]", "[1, 0]"))
+                .unwrap();
         let e = plan(&s).unwrap_err();
         assert_eq!(e.line, Some(16), "{e}");
         assert!(e.message.contains("threads=0"), "{e}");
@@ -785,7 +795,7 @@ block_size = [512, 4096]
     fn limits(mem_total: Option<u64>) -> HostLimits {
         HostLimits {
             mem_total,
-            figures_dir: crate::paths::figure_defs(),
+            figures_dir: crate::host::paths::figure_defs(),
             cpus: Some(vec![0, 1]),
         }
     }
@@ -804,7 +814,7 @@ block_size = [512, 4096]
     }
 
     fn parse(src: &str) -> LoadedSpec {
-        crate::spec::parse(Path::new("t.toml"), src).unwrap()
+        crate::planning::spec::parse(Path::new("t.toml"), src).unwrap()
     }
 
     #[test]
@@ -943,7 +953,7 @@ address = "{peer}:50051"
 
     #[test]
     fn a_wrongly_typed_sweep_value_is_refused() {
-        let s = crate::spec::parse(
+        let s = crate::planning::spec::parse(
             Path::new("t.toml"),
             &SPEC.replace("[512, 4096]", "[512, \"big\"]"),
         )

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use crate::qemu::accel;
-use crate::{guestbin, image, kernel, paths};
+use crate::machine::qemu::accel;
+use crate::{host::paths, inputs::guestbin, inputs::image, inputs::kernel};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Level {
@@ -32,12 +32,13 @@ fn f(level: Level, what: &str, detail: impl Into<String>, fix: Option<&str>) -> 
 /// Runs every check. `probe` allows the real KVM probe boot.
 pub fn diagnose(probe: bool) -> Vec<Finding> {
     let mut out = Vec::new();
-    let qemu = crate::qemu::qemu_binary();
+    let qemu = crate::machine::qemu::qemu_binary();
     match &qemu {
         Some(q) => out.push(f(
             Level::Ok,
             "qemu",
-            crate::qemu::process::qemu_version(q).unwrap_or_else(|| q.display().to_string()),
+            crate::machine::qemu::process::qemu_version(q)
+                .unwrap_or_else(|| q.display().to_string()),
             None,
         )),
         None => out.push(f(
@@ -56,12 +57,12 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
             Some("apt-get install busybox-static"),
         )),
     }
-    let containment = crate::cgroup::current();
+    let containment = crate::host::cgroup::current();
     out.push(match containment {
-        crate::cgroup::Containment::Cgroup { .. } => {
+        crate::host::cgroup::Containment::Cgroup { .. } => {
             f(Level::Ok, "containment", containment.describe(), None)
         }
-        crate::cgroup::Containment::ProcessGroup { .. } => f(
+        crate::host::cgroup::Containment::ProcessGroup { .. } => f(
             Level::Warn,
             "containment",
             containment.describe(),
@@ -144,7 +145,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
         probe_result = Some(run_probe(q, k, &cache));
     }
     let decision = accel::decide(
-        crate::spec::AccelChoice::Auto,
+        crate::planning::spec::AccelChoice::Auto,
         Path::new("/dev/kvm"),
         &cpuinfo,
         &mut || {
@@ -165,7 +166,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
     }
     match decision {
         Ok(d) => out.push(f(
-            if d.used == crate::qemu::argv::Accel::Kvm {
+            if d.used == crate::machine::qemu::argv::Accel::Kvm {
                 Level::Ok
             } else {
                 Level::Warn
@@ -181,7 +182,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
         )),
         Err(e) => out.push(f(Level::Fail, "accelerator", e.to_string(), None)),
     }
-    out.extend(tool_findings(crate::hosttools::NEEDS));
+    out.extend(tool_findings(crate::host::hosttools::NEEDS));
     for (label, dir) in [
         ("disk (results)", paths::repo_root().join("results")),
         ("disk (cache)", cache.clone()),
@@ -216,7 +217,7 @@ pub fn diagnose(probe: bool) -> Vec<Finding> {
 
 /// One finding per tool the named steps need: where it is, or its package.
 pub fn tool_findings(needs: &[&str]) -> Vec<Finding> {
-    let table = match crate::hosttools::table() {
+    let table = match crate::host::hosttools::table() {
         Ok(t) => t,
         Err(e) => return vec![f(Level::Fail, "host-tools.txt", e.to_string(), None)],
     };
@@ -227,7 +228,7 @@ pub fn tool_findings(needs: &[&str]) -> Vec<Finding> {
     {
         let what = format!("tool {}", t.tool);
         let steps: Vec<&str> = t.needs.iter().map(|n| n.as_str()).collect();
-        out.push(match crate::hosttools::locate(&t.tool) {
+        out.push(match crate::host::hosttools::locate(&t.tool) {
             Ok(at) => f(
                 Level::Ok,
                 &what,
@@ -286,9 +287,9 @@ fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::Pr
             };
         }
     };
-    let config = crate::qemu::argv::VmConfig {
+    let config = crate::machine::qemu::argv::VmConfig {
         qemu: qemu.to_path_buf(),
-        accel: crate::qemu::argv::Accel::Kvm,
+        accel: crate::machine::qemu::argv::Accel::Kvm,
         vcpus: 1,
         memory_mib: 512,
         kernel: k.bzimage.clone(),
@@ -301,7 +302,7 @@ fn run_probe(qemu: &Path, k: &kernel::KernelArtifact, cache: &Path) -> accel::Pr
         nics: vec![],
         clock: Default::default(),
     };
-    crate::run::probe_boot(&config, accel::probe_timeout())
+    crate::execution::run::probe_boot(&config, accel::probe_timeout())
 }
 
 pub fn render(findings: &[Finding]) -> String {

@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::figures::def::{self, FigureDef};
-use crate::figures::error::{FigureError, file_err};
-use crate::figures::report::{self, JoinedClaim, RunLink, SpecOutcome};
-use crate::figures::{compute, write, write_claims, write_figures};
-use crate::lock::LockError;
-use crate::progress::{Event, Progress};
-use crate::results::manifest::{self, RunStatus};
-use crate::results::rundir::RunDir;
-use crate::run::{self, RunError, RunOptions};
-use crate::spec::AccelChoice;
+use crate::drawing::figures::def::{self, FigureDef};
+use crate::drawing::figures::error::{FigureError, file_err};
+use crate::drawing::figures::report::{self, JoinedClaim, RunLink, SpecOutcome};
+use crate::drawing::figures::{compute, write, write_claims, write_figures};
+use crate::execution::run::{self, RunError, RunOptions};
+use crate::host::lock::LockError;
+use crate::host::progress::{Event, Progress};
+use crate::planning::spec::AccelChoice;
+use crate::recording::results::manifest::{self, RunStatus};
+use crate::recording::results::rundir::RunDir;
 
 pub struct Options {
     /// A family (`bpf-storage`) or a figure id; None = every figure.
@@ -33,7 +33,7 @@ pub struct Options {
 
 impl Options {
     pub fn defaults(target: Option<String>, quick: bool) -> Options {
-        let root = crate::paths::repo_root();
+        let root = crate::host::paths::repo_root();
         Options {
             target,
             quick,
@@ -89,16 +89,16 @@ pub fn select_specs(
     opts: &Options,
     figures: &BTreeSet<String>,
     defs: &BTreeMap<String, FigureDef>,
-) -> Vec<(PathBuf, Result<String, crate::spec::SpecError>)> {
+) -> Vec<(PathBuf, Result<String, crate::planning::spec::SpecError>)> {
     let mut out = Vec::new();
-    for p in crate::show::find_specs(&opts.experiments) {
+    for p in crate::reporting::show::find_specs(&opts.experiments) {
         if p.starts_with(&opts.definitions) || is_quick(&p) != opts.quick {
             continue;
         }
         if !opts.quick && p.file_name().is_some_and(|n| n == "smoke.toml") {
             continue;
         }
-        match crate::spec::load(&p) {
+        match crate::planning::spec::load(&p) {
             Ok(l) => {
                 let e = &l.spec.experiment;
                 let (known, _) = def::figures_for(&e.figures, &e.name, defs);
@@ -144,7 +144,7 @@ fn ensure_run(
 ) -> Result<PathBuf, FigureError> {
     // A kernel that failed for an earlier spec is not built again: skip
     // before a run directory is made.
-    if let Ok(loaded) = crate::spec::load(spec)
+    if let Ok(loaded) = crate::planning::spec::load(spec)
         && let Some(why) = run::blocked(&loaded)
     {
         return Err(FigureError::Other(why));
@@ -224,7 +224,7 @@ fn in_use_note(dir: &Path, pid: Option<u32>) -> String {
     format!(
         "skipped: run {} is in use by {} (another testbed is running it now); run `testbed reproduce` again once it has finished",
         dir.display(),
-        crate::lock::holder_text(pid)
+        crate::host::lock::holder_text(pid)
     )
 }
 
@@ -259,7 +259,7 @@ pub fn reproduce(opts: &Options, progress: &mut dyn Progress) -> Result<Summary,
             .map_err(|e| FigureError::Spec(Box::new(e)))
             .and_then(|exp| ensure_run(opts, &spec, &exp, progress))
             .and_then(|dir| {
-                crate::phases::time("figures", || {
+                crate::host::phases::time("figures", || {
                     let rf = compute(&dir, &defs)?;
                     write_figures(&rf)?;
                     write_claims(&rf)?;
@@ -350,11 +350,11 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let figures_dir = root.join("experiments/figures");
         let defs = def::load_all(&figures_dir).unwrap();
-        let build = crate::guestbin::build_spec();
+        let build = crate::inputs::guestbin::build_spec();
         let families: BTreeSet<&str> = defs.values().map(|d| d.family.as_str()).collect();
         let listed: BTreeSet<&str> = build.families.keys().map(String::as_str).collect();
         assert_eq!(families, listed, "figure families against guest-build.txt");
-        let host = crate::plan::HostLimits {
+        let host = crate::planning::plan::HostLimits {
             mem_total: None,
             figures_dir: figures_dir.clone(),
             cpus: None,
@@ -374,8 +374,8 @@ mod tests {
                 };
                 for (path, name) in select_specs(&opts, &figures, &defs) {
                     name.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                    let loaded = crate::spec::load(&path).unwrap();
-                    let plan = crate::plan::plan_on(&loaded, &host)
+                    let loaded = crate::planning::spec::load(&path).unwrap();
+                    let plan = crate::planning::plan::plan_on(&loaded, &host)
                         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                     let server = loaded.server_workload.iter().map(|w| w.needs());
                     for needs in plan.points.iter().map(|p| p.workload.needs()).chain(server) {
@@ -456,8 +456,8 @@ mod tests {
         for status in [Some("complete"), Some("interrupted"), None] {
             let t = tempfile::tempdir().unwrap();
             let (opts, spec, dir) = earlier_run(t.path(), status);
-            let holder = crate::lock::test_support::Holder::exclusive(&dir.join(".lock"));
-            let mut progress = crate::progress::Collect(Vec::new());
+            let holder = crate::host::lock::test_support::Holder::exclusive(&dir.join(".lock"));
+            let mut progress = crate::host::progress::Collect(Vec::new());
             let e = ensure_run(&opts, &spec, "e", &mut progress)
                 .unwrap_err()
                 .to_string();
@@ -491,7 +491,7 @@ mod tests {
             resume: true,
             ..RunOptions::default()
         };
-        let mut progress = crate::progress::Collect(Vec::new());
+        let mut progress = crate::host::progress::Collect(Vec::new());
         let r = resume_or_start_afresh(Path::new("e.toml"), ro, &mut progress, &mut |ro, _| {
             tried.push((ro.out.clone(), ro.resume));
             if ro.resume {

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::results::manifest;
+use crate::recording::results::manifest;
 
 pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
     let m = manifest::read(&dir.join("manifest.json"))?;
@@ -44,10 +44,17 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
             s.push_str(&format!("boot {:<5} {}\n", b.index, p.describe()));
         }
     }
-    if let Some(n) = crate::noise::describe(m.points.iter().filter_map(|p| p.noise.as_ref())) {
+    if let Some(n) =
+        crate::machine::noise::describe(m.points.iter().filter_map(|p| p.noise.as_ref()))
+    {
         s.push_str(&format!("host noise {n}\n"));
     }
-    if let Some(line) = m.host.speed.as_ref().and_then(crate::calibrate::describe) {
+    if let Some(line) = m
+        .host
+        .speed
+        .as_ref()
+        .and_then(crate::machine::calibrate::describe)
+    {
         s.push_str(&format!("host speed {line}\n"));
     }
     s.push_str(&format!(
@@ -55,7 +62,7 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
         m.started_at,
         m.finished_at.as_deref().unwrap_or("-")
     ));
-    let variance = crate::results::levels::describe(&m.variance, 8);
+    let variance = crate::recording::results::levels::describe(&m.variance, 8);
     if !variance.is_empty() {
         s.push_str(
             "variance   by level (Kalibera and Jones; median over points):
@@ -106,7 +113,7 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
             key_numbers.join(" ")
         ));
         // What the workload itself says about its point.
-        let lines = crate::results::summary_table::record_workload(p)
+        let lines = crate::recording::results::summary_table::record_workload(p)
             .map(|w| w.params().show_lines(&p.summary))
             .unwrap_or_default();
         for line in &lines {
@@ -163,10 +170,10 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
             }
         }
     }
-    let scaling = crate::analysis::btree_depth::depth_series(&m.points);
+    let scaling = crate::drawing::analysis::btree_depth::depth_series(&m.points);
     if !scaling.is_empty() {
         s.push_str("latency by depth (mean lookup latency; one read per level makes a line)\n");
-        for line in crate::analysis::btree_depth::describe(&scaling) {
+        for line in crate::drawing::analysis::btree_depth::describe(&scaling) {
             s.push_str(&format!("  {line}\n"));
         }
     }
@@ -190,8 +197,8 @@ pub fn show_run(dir: &Path) -> Result<String, manifest::ManifestError> {
 
 /// With several engines in one job: each engine's rate and mean latency,
 /// from the summary table's rows (the one place keys are split).
-fn per_engine_numbers(p: &crate::results::manifest::PointRecord) -> Vec<String> {
-    let rows = crate::results::summary_table::rows(p);
+fn per_engine_numbers(p: &crate::recording::results::manifest::PointRecord) -> Vec<String> {
+    let rows = crate::recording::results::summary_table::rows(p);
     let engine_value = |engine: &str, metric: &str| {
         rows.iter()
             .find(|r| {
@@ -259,7 +266,7 @@ pub fn list_specs(dir: &Path) -> String {
             .unwrap_or(&p)
             .display()
             .to_string();
-        match crate::run::check_spec(&p) {
+        match crate::execution::run::check_spec(&p) {
             Ok((l, plan)) => s.push_str(&format!(
                 "{rel:<48} {:<28} {:>4} points  {:<6} {}\n",
                 l.spec.experiment.name,
@@ -281,18 +288,21 @@ mod tests {
     /// someone runs it; catch it here instead.
     #[test]
     fn every_shipped_spec_validates() {
-        let dir = crate::paths::repo_root().join("experiments");
+        let dir = crate::host::paths::repo_root().join("experiments");
         let specs = find_specs(&dir);
         assert!(specs.len() > 20, "found only {specs:?}");
-        let defs = crate::figures::def::load_all(&crate::paths::figure_defs()).unwrap();
+        let defs =
+            crate::drawing::figures::def::load_all(&crate::host::paths::figure_defs()).unwrap();
         let bad: Vec<String> = specs
             .iter()
-            .flat_map(|p| match crate::run::check_spec(p) {
+            .flat_map(|p| match crate::execution::run::check_spec(p) {
                 Err(e) => vec![format!("{}: {e}", p.display())],
                 // Every figure it names can find its metric and columns.
-                Ok((loaded, plan)) => {
-                    crate::figures::fit::spec_misfits(&loaded.spec.experiment.figures, &plan, &defs)
-                }
+                Ok((loaded, plan)) => crate::drawing::figures::fit::spec_misfits(
+                    &loaded.spec.experiment.figures,
+                    &plan,
+                    &defs,
+                ),
             })
             .collect();
         assert!(bad.is_empty(), "{}", bad.join("\n"));

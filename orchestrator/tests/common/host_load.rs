@@ -33,18 +33,23 @@ impl Drop for Hog {
 
 /// The host's counters and this test process's CPU time, children it
 /// reaped included (a finished `testbed run` and, through it, QEMU).
-pub fn counters() -> (testbed::noise::CpuTimes, u64) {
+pub fn counters() -> (testbed::machine::noise::CpuTimes, u64) {
     let cpu =
-        testbed::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap()).unwrap();
-    let (_, mine) =
-        testbed::noise::parse_pid_stat(&std::fs::read_to_string("/proc/self/stat").unwrap())
+        testbed::machine::noise::parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap())
             .unwrap();
+    let (_, mine) = testbed::machine::noise::parse_pid_stat(
+        &std::fs::read_to_string("/proc/self/stat").unwrap(),
+    )
+    .unwrap();
     (cpu, mine)
 }
 
 /// Other processes' share of the host's CPU between two `counters()`, %.
-pub fn others_pct(a: (testbed::noise::CpuTimes, u64), b: (testbed::noise::CpuTimes, u64)) -> f64 {
-    testbed::noise::between(&a.0, a.1, &b.0, b.1).0
+pub fn others_pct(
+    a: (testbed::machine::noise::CpuTimes, u64),
+    b: (testbed::machine::noise::CpuTimes, u64),
+) -> f64 {
+    testbed::machine::noise::between(&a.0, a.1, &b.0, b.1).0
 }
 
 /// Other processes' share of the host's CPU over the next `window`, %.

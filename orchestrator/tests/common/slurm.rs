@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use testbed::slurm::local::LocalSlurm;
+use testbed::execution::slurm::local::LocalSlurm;
 
 /// A temporary directory only we can enter.
 pub fn private_dir() -> tempfile::TempDir {

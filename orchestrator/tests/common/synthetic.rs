@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use testbed::plan::Point;
-use testbed::results::{manifest, samples};
+use testbed::planning::plan::Point;
+use testbed::recording::results::{manifest, samples};
 use testbed_agent::protocol::SampleChunk;
 use testbed_agent::workload::Workload;
 use testbed_agent::workload::fault::{FaultMode, FaultParams};

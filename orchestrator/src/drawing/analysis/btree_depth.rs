@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::results::manifest::PointRecord;
-use crate::results::summary_table;
+use crate::recording::results::manifest::PointRecord;
+use crate::recording::results::summary_table;
 
 /// One engine's latencies across depths, the other parameters fixed.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,12 +19,12 @@ pub struct DepthSeries {
     pub fit: Option<LineFit>,
 }
 
-pub use crate::figures::stats::Fit as LineFit;
+pub use crate::drawing::figures::stats::Fit as LineFit;
 
 /// Least squares over (x, y), the figures' fit; `None` below two distinct x.
 pub fn fit_line(xy: &[(f64, f64)]) -> Option<LineFit> {
     let (xs, ys): (Vec<f64>, Vec<f64>) = xy.iter().copied().unzip();
-    crate::figures::stats::linear_fit(&xs, &ys)
+    crate::drawing::figures::stats::linear_fit(&xs, &ys)
 }
 
 /// The series of every engine with lookups at three or more depths.

@@ -28,7 +28,7 @@ pub fn under_tcg(run: &RunData) -> bool {
     run.manifest
         .accel
         .as_ref()
-        .is_some_and(|a| a.used == crate::qemu::argv::Accel::Tcg)
+        .is_some_and(|a| a.used == crate::machine::qemu::argv::Accel::Tcg)
 }
 
 pub fn kernel(run: &RunData) -> String {
@@ -91,7 +91,11 @@ pub fn vm(run: &RunData) -> Option<String> {
         .manifest
         .points
         .iter()
-        .filter_map(|p| p.params.get(crate::plan::VCPUS_AXIS)?.as_integer())
+        .filter_map(|p| {
+            p.params
+                .get(crate::planning::plan::VCPUS_AXIS)?
+                .as_integer()
+        })
         .collect();
     swept.sort_unstable();
     swept.dedup();
@@ -108,7 +112,7 @@ pub fn vm(run: &RunData) -> Option<String> {
 
 /// How quiet the host was over the run's finished points (noise.rs).
 pub fn host_noise(run: &RunData) -> Option<String> {
-    crate::noise::describe(
+    crate::machine::noise::describe(
         run.manifest
             .points
             .iter()

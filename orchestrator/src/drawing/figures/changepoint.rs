@@ -213,7 +213,7 @@ pub fn t_test(l: &[f64], r: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::figures::stats::Rng;
+    use crate::drawing::figures::stats::Rng;
 
     /// `levels[i]` with relative normal noise of `sd` (a fraction).
     fn noisy(levels: &[f64], sd: f64, seed: u64) -> Vec<f64> {

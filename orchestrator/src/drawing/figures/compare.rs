@@ -41,7 +41,7 @@ use super::interval;
 use super::quantity::{self, Shape};
 use super::stats::{Estimate, Rep};
 use super::{Figure, RunFigures, compute};
-use crate::calibrate;
+use crate::machine::calibrate;
 
 /// The smallest change flagged unless asked otherwise: 5 %.
 pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
@@ -596,7 +596,7 @@ fn host_line(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::figures::stats::CiMethod;
+    use crate::drawing::figures::stats::CiMethod;
 
     fn point(values: &[f64]) -> SeriesPoint {
         let reps: Vec<Rep> = values
@@ -610,7 +610,7 @@ mod tests {
             .collect();
         SeriesPoint {
             x: XKey::Num(1.0),
-            est: crate::figures::stats::estimate(values, None).unwrap(),
+            est: crate::drawing::figures::stats::estimate(values, None).unwrap(),
             reps,
         }
     }

@@ -25,8 +25,8 @@ use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBui
 use super::def::{MetricKind, Panel};
 use super::error::{FigureError, file_err};
 use super::unit::{Budget, Limits, UnitValues};
-use crate::results::manifest::{self, Manifest};
-use crate::results::samples;
+use crate::recording::results::manifest::{self, Manifest};
+use crate::recording::results::samples;
 
 pub struct RunData {
     pub dir: PathBuf,

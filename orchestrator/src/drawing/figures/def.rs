@@ -430,9 +430,9 @@ impl Panel {
     }
 }
 
-// Moved to the host layer (crate::paths, as the plan needs it); this
+// Moved to the host layer (crate::host::paths, as the plan needs it); this
 // re-export keeps main.rs as it is. To be removed once it uses paths.
-pub use crate::paths::figure_defs as default_dir;
+pub use crate::host::paths::figure_defs as default_dir;
 
 /// Loads one definition file.
 pub fn load(path: &Path) -> Result<FigureDef, FigureError> {

@@ -11,9 +11,9 @@ pub enum FigureError {
     #[error("figure definition {path}: {reason}")]
     Definition { path: PathBuf, reason: String },
     #[error(transparent)]
-    Samples(#[from] crate::results::samples::SamplesError),
+    Samples(#[from] crate::recording::results::samples::SamplesError),
     #[error(transparent)]
-    Manifest(#[from] crate::results::manifest::ManifestError),
+    Manifest(#[from] crate::recording::results::manifest::ManifestError),
     #[error("figure {figure}: drawing failed: {reason}")]
     Draw { figure: String, reason: String },
     #[error(
@@ -26,7 +26,7 @@ pub enum FigureError {
     },
     /// A spec `reproduce` would run does not load.
     #[error(transparent)]
-    Spec(#[from] Box<crate::spec::SpecError>),
+    Spec(#[from] Box<crate::planning::spec::SpecError>),
     #[error("{0}")]
     Other(String),
 }

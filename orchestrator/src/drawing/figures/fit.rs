@@ -7,15 +7,18 @@
 use std::collections::BTreeSet;
 
 use super::def::{FigureDef, MetricKind};
-use crate::plan::Plan;
-use crate::results::columns;
+use crate::planning::plan::Plan;
+use crate::recording::results::columns;
 
 /// One line per misfit: "figure F, panel P: …".
 pub fn misfits(def: &FigureDef, plan: &Plan) -> Vec<String> {
     let mut params: BTreeSet<String> = BTreeSet::new();
     // A figure may draw against the VM's vCPUs: a `vm.vcpus` sweep's column
     // (a run without that axis draws such a panel empty, with a note).
-    params.insert(columns::column_name("param", crate::plan::VCPUS_AXIS));
+    params.insert(columns::column_name(
+        "param",
+        crate::planning::plan::VCPUS_AXIS,
+    ));
     let mut metrics = Vec::new();
     for p in &plan.points {
         for name in columns::point_params(&p.workload.resolved(), &p.params).keys() {
@@ -96,8 +99,8 @@ mod tests {
     }
 
     fn smoke_plan() -> Plan {
-        let spec = crate::paths::repo_root().join("experiments/smoke.toml");
-        crate::plan::plan(&crate::spec::load(&spec).unwrap()).unwrap()
+        let spec = crate::host::paths::repo_root().join("experiments/smoke.toml");
+        crate::planning::plan::plan(&crate::planning::spec::load(&spec).unwrap()).unwrap()
     }
 
     #[test]

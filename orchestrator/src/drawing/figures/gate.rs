@@ -21,7 +21,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::claims::{ClaimResult, Verdict};
-use crate::results::manifest::NoisyPoints;
+use crate::recording::results::manifest::NoisyPoints;
 
 /// A gate's outcome; its exit code is [`Outcome::code`]. An error of the
 /// command itself exits [`EXIT_ERROR`].

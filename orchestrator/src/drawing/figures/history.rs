@@ -21,7 +21,7 @@ use super::def::{Better, FigureDef};
 use super::error::{FigureError, file_err};
 use super::extract::fmt_num;
 use super::gate::Outcome;
-use crate::results::manifest::{self, NoisyPoints};
+use crate::recording::results::manifest::{self, NoisyPoints};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRef {

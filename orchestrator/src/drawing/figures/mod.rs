@@ -226,7 +226,7 @@ pub fn figure_json(fig: &Figure) -> serde_json::Value {
 /// are published, e.g. served or copied as CI artefacts).
 pub fn write(path: &Path, bytes: &[u8]) -> Result<(), FigureError> {
     use std::os::unix::fs::PermissionsExt;
-    crate::fsutil::write_atomic(path, bytes).map_err(|e| file_err(path, e))?;
+    crate::host::fsutil::write_atomic(path, bytes).map_err(|e| file_err(path, e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
         .map_err(|e| file_err(path, e))
 }

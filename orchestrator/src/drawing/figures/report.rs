@@ -283,7 +283,7 @@ fn manifest_table(run: &RunData) -> String {
 /// peak memory, with bars scaled to the run's largest, so that a
 /// CPU-starved or memory-hungry point stands out; "" when no point has it.
 fn host_cost_panel(run: &RunData) -> String {
-    let costs: Vec<(&str, String, &crate::hostcost::HostCost)> = run
+    let costs: Vec<(&str, String, &crate::machine::hostcost::HostCost)> = run
         .manifest
         .points
         .iter()
@@ -295,7 +295,7 @@ fn host_cost_panel(run: &RunData) -> String {
     if costs.is_empty() {
         return String::new();
     }
-    let cpu = |c: &crate::hostcost::HostCost| c.cpu_user_s + c.cpu_system_s;
+    let cpu = |c: &crate::machine::hostcost::HostCost| c.cpu_user_s + c.cpu_system_s;
     let max_cpu = costs.iter().map(|(_, _, c)| cpu(c)).fold(0.0, f64::max);
     let max_mem = costs
         .iter()

@@ -11,9 +11,9 @@ use super::claims::Verdict;
 use super::def::{self, FigureDef};
 use super::extract::XKey;
 use super::{compute, draw, render_png, render_svg};
-use crate::plan::Point;
-use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
-use crate::results::samples;
+use crate::planning::plan::Point;
+use crate::recording::results::manifest::{self, Manifest, PointRecord, RunStatus};
+use crate::recording::results::samples;
 
 /// A run directory under construction.
 pub struct Synth {
@@ -144,7 +144,8 @@ impl Synth {
         if !self.files.is_empty() {
             samples::merge(&self.files, &self.dir.join("samples.parquet")).unwrap();
             let done: Vec<&PointRecord> = self.records.iter().filter(|r| r.ok).collect();
-            let t = crate::results::summary_table::batch("20260101T000000-abcd", &done).unwrap();
+            let t = crate::recording::results::summary_table::batch("20260101T000000-abcd", &done)
+                .unwrap();
             samples::write_parquet(&self.dir.join("summary.parquet"), t.schema(), &[t]).unwrap();
         }
         let m = Manifest {
@@ -904,7 +905,7 @@ fn a_reproduction_reports_each_claim_once_decided_on_the_run_that_measured_it() 
 #[test]
 fn the_baseline_gate_fails_only_on_a_claim_that_held_and_now_does_not() {
     use super::gate::{Outcome, against_baseline};
-    use crate::results::manifest::NoisyPoints;
+    use crate::recording::results::manifest::NoisyPoints;
     let quiet = NoisyPoints::default();
     let t = tempfile::tempdir().unwrap();
     let defs = defs(t.path());
@@ -1028,7 +1029,7 @@ fn history_finds_a_ten_percent_step_at_its_run_and_none_in_a_flat_history() {
     use super::compare::Flag;
     use super::gate::Outcome;
     use super::history::{history, run_dirs};
-    use crate::results::manifest::NoisyPoints;
+    use crate::recording::results::manifest::NoisyPoints;
     let t = tempfile::tempdir().unwrap();
     let defs = defs(t.path());
     let cfg = Config::default();

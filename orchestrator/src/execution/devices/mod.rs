@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use testbed_agent::protocol::DeviceRef;
 
 pub use self::sysfs::Host;
-use crate::hostinfo::human_bytes;
-use crate::qemu::argv::{Backing, QemuDevice};
-use crate::spec::{Backend, DeviceSpec, HostCache, Origin};
+use crate::machine::hostinfo::human_bytes;
+use crate::machine::qemu::argv::{Backing, QemuDevice};
+use crate::planning::spec::{Backend, DeviceSpec, HostCache, Origin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -82,8 +82,8 @@ pub struct PreparedDevice {
 }
 
 impl PreparedDevice {
-    pub fn manifest_entry(&self) -> crate::results::manifest::DeviceEntry {
-        crate::results::manifest::DeviceEntry {
+    pub fn manifest_entry(&self) -> crate::recording::results::manifest::DeviceEntry {
+        crate::recording::results::manifest::DeviceEntry {
             spec: self.spec.clone(),
             backing_files: self.files.clone(),
             host_o_direct: self.host_direct,
@@ -158,7 +158,7 @@ pub fn backing_growth(specs: &[DeviceSpec], dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     for d in specs {
-        if !crate::spec::device_kinds::has_backing_files(d) {
+        if !crate::planning::spec::device_kinds::has_backing_files(d) {
             continue;
         }
         let size = d.size.map_or(0, |s| s.bytes());
@@ -318,8 +318,8 @@ pub fn host_refs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::DeviceKind;
-    use crate::units::Size;
+    use crate::host::units::Size;
+    use crate::planning::spec::DeviceKind;
 
     /// A passthrough device as a spec declares it.
     pub(crate) fn passthrough_spec(name: &str, pci: &str, bind: bool) -> DeviceSpec {

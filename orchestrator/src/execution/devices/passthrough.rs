@@ -9,10 +9,10 @@ use super::state::{self, State};
 use super::sysfs::{Host, Kernel, RealKernel, SysWrite};
 use super::usage::ProcFiles;
 use super::{DeviceError, PreparedDevice};
-use crate::executor::{Boot, BootError, BootRecord, Executor};
-use crate::qemu::accel::AccelDecision;
-use crate::qemu::argv::Accel;
-use crate::spec::Origin;
+use crate::execution::executor::{Boot, BootError, BootRecord, Executor};
+use crate::machine::qemu::accel::AccelDecision;
+use crate::machine::qemu::argv::Accel;
+use crate::planning::spec::Origin;
 
 const VFIO: &str = "vfio-pci";
 
@@ -130,8 +130,8 @@ pub fn bind(
         device: c.device.clone(),
         run_dir: run_dir.to_path_buf(),
         pid,
-        pid_start_ticks: crate::procfs::start_ticks(pid),
-        time: crate::results::manifest::utc_now(),
+        pid_start_ticks: crate::host::procfs::start_ticks(pid),
+        time: crate::recording::results::manifest::utc_now(),
     };
     let path = state::file(state_dir, &c.pci);
     check_not_taken(state_dir, name, &c.pci)?;
@@ -348,7 +348,7 @@ pub fn bind_for_run(prepared: &[PreparedDevice], run_dir: &Path) -> Result<Bound
         prepared,
         Host::real(),
         Box::new(RealKernel),
-        &state::dir(&crate::paths::cache_root()),
+        &state::dir(&crate::host::paths::cache_root()),
         run_dir,
     )
 }

@@ -30,7 +30,7 @@ impl State {
     /// Whether the testbed that bound it still runs.
     pub fn owner_alive(&self) -> bool {
         self.pid_start_ticks.is_some()
-            && crate::procfs::start_ticks(self.pid) == self.pid_start_ticks
+            && crate::host::procfs::start_ticks(self.pid) == self.pid_start_ticks
     }
 
     /// The restore command, to quote in messages.
@@ -56,7 +56,7 @@ pub fn write(dir: &Path, s: &State) -> std::io::Result<PathBuf> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     let path = file(dir, &s.pci);
     let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
-    crate::fsutil::write_atomic(&path, &text)?;
+    crate::host::fsutil::write_atomic(&path, &text)?;
     Ok(path)
 }
 

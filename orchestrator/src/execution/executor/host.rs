@@ -12,10 +12,10 @@ use testbed_agent::protocol::DeviceRef;
 
 use super::session::{Fatal, PointRun, PointsEnded, Session};
 use super::{Boot, BootError, BootRecord, Executor, PointOutcome};
-use crate::progress::Event;
-use crate::qemu::channel::Channel;
-use crate::qemu::process::GroupProcess;
-use crate::spec::{Limits, Timeouts};
+use crate::host::progress::Event;
+use crate::machine::qemu::channel::Channel;
+use crate::machine::qemu::process::GroupProcess;
+use crate::planning::spec::{Limits, Timeouts};
 
 pub struct HostExecutor {
     pub agent: PathBuf,
@@ -121,7 +121,7 @@ impl Executor for HostExecutor {
         // refused) names the kernel limit that acted during it, once.
         let on_point = boot.on_point;
         let mut named = None;
-        let mut on_point_named = |point: &crate::plan::Point, outcome: PointOutcome| {
+        let mut on_point_named = |point: &crate::planning::plan::Point, outcome: PointOutcome| {
             let outcome = match outcome {
                 PointOutcome::Failed { error } => {
                     let hit = child_cell.borrow().limit_hit();

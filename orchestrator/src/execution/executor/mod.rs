@@ -10,13 +10,13 @@ use std::path::PathBuf;
 
 use testbed_agent::workload::Summary;
 
-use crate::plan::Point;
-use crate::progress::Event;
-use crate::results::spill::SpillFile;
+use crate::host::progress::Event;
+use crate::planning::plan::Point;
+use crate::recording::results::spill::SpillFile;
 
-// The flag moved to the host layer (crate::interrupt); this re-export keeps
+// The flag moved to the host layer (crate::host::interrupt); this re-export keeps
 // main.rs and run/boots.rs as they are. To be removed once they use it.
-pub use crate::interrupt::{INTERRUPTED, interrupted};
+pub use crate::host::interrupt::{INTERRUPTED, interrupted};
 
 #[derive(Debug)]
 pub enum PointOutcome {
@@ -32,7 +32,7 @@ pub enum PointOutcome {
 }
 
 // Defined with the manifest that stores it (results layer).
-pub use crate::results::manifest::BootRecord;
+pub use crate::recording::results::manifest::BootRecord;
 
 /// Called with each finished point; an error stops the boot.
 pub type OnPoint<'a> = dyn FnMut(&Point, PointOutcome) -> Result<(), PointRefused> + 'a;

@@ -11,14 +11,14 @@ use testbed_agent::protocol::{DeviceRef, Hello};
 
 use super::session::{Fatal, PointRun, PointsEnded, Session};
 use super::{Boot, BootError, BootRecord, Executor, PointOutcome};
-use crate::kernel_limits::Wanted;
-use crate::progress::Event;
-use crate::qemu::argv::{Nic, VmConfig, build_argv, kernel_append};
-use crate::qemu::channel::Channel;
-use crate::qemu::pin::{PinSetting, Pinning};
-use crate::qemu::process::{VmProcess, console_digest, tail_lines};
-use crate::qemu::qmp::Qmp;
-use crate::spec::{Limits, Timeouts};
+use crate::host::kernel_limits::Wanted;
+use crate::host::progress::Event;
+use crate::machine::qemu::argv::{Nic, VmConfig, build_argv, kernel_append};
+use crate::machine::qemu::channel::Channel;
+use crate::machine::qemu::pin::{PinSetting, Pinning};
+use crate::machine::qemu::process::{VmProcess, console_digest, tail_lines};
+use crate::machine::qemu::qmp::Qmp;
+use crate::planning::spec::{Limits, Timeouts};
 
 pub struct QemuExecutor {
     /// Everything but the per-boot append line, console and socket paths.
@@ -38,15 +38,15 @@ pub struct QemuExecutor {
 #[derive(Debug, Clone)]
 pub struct PairSetup {
     /// Runs on the server VM once per boot, before any point (a service).
-    pub server_job: crate::plan::Point,
+    pub server_job: crate::planning::plan::Point,
     /// Guest addresses of server and client on the link.
     pub server_addr: String,
     pub client_addr: String,
 }
 
-// Moved to the host layer (crate::random); this re-export keeps this file
+// Moved to the host layer (crate::host::random); this re-export keeps this file
 // and executor/host.rs as they are. To be removed once they use it.
-pub use crate::random::hex as random_hex;
+pub use crate::host::random::hex as random_hex;
 
 /// A booted VM whose agent has said hello.
 pub struct BootedVm {
@@ -95,10 +95,10 @@ impl BootedVm {
 /// Reads the vCPU threads over QMP and pins them (and QEMU's other
 /// threads) by `setting`; the record says what each thread got.
 fn pin_threads(pid: u32, qmp_socket: &Path, setting: &PinSetting) -> Pinning {
-    let host = crate::qemu::pin::host_cpus();
+    let host = crate::machine::qemu::pin::host_cpus();
     match Qmp::connect(qmp_socket, Duration::from_secs(10)).and_then(|mut q| q.vcpu_threads()) {
-        Ok(vcpus) => crate::qemu::pin::apply(pid, &vcpus, setting, &host),
-        Err(e) => crate::qemu::pin::unknown(setting, &host, &e.to_string()),
+        Ok(vcpus) => crate::machine::qemu::pin::apply(pid, &vcpus, setting, &host),
+        Err(e) => crate::machine::qemu::pin::unknown(setting, &host, &e.to_string()),
     }
 }
 
@@ -135,7 +135,7 @@ pub fn boot_vm(
     // done much, so the boot and every point run where they will.
     let pinning = match (&connected, &config.qmp_socket) {
         (Ok(_), Some(qmp)) => pin_threads(vm.pid, qmp, pin),
-        _ => crate::qemu::pin::unknown(pin, &[], "QEMU did not come up"),
+        _ => crate::machine::qemu::pin::unknown(pin, &[], "QEMU did not come up"),
     };
     // QEMU holds the sockets open; their names are no longer needed.
     drop(socket_dir);

@@ -9,11 +9,11 @@ use testbed_agent::protocol::{DeviceRef, GuestMsg, Hello, HostMsg, Job, PROTOCOL
 use testbed_agent::text::{printable, printable_lines};
 
 use super::{BootError, BootRecord, OnPoint, PointOutcome, interrupted};
-use crate::plan::Point;
-use crate::progress::Event;
-use crate::qemu::channel::{Channel, ChannelError};
-use crate::results::spill::{Spill, SpillError};
-use crate::spec::Limits;
+use crate::host::progress::Event;
+use crate::machine::qemu::channel::{Channel, ChannelError};
+use crate::planning::plan::Point;
+use crate::planning::spec::Limits;
+use crate::recording::results::spill::{Spill, SpillError};
 
 /// How a wait ended badly.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,7 +93,7 @@ pub enum PointsEnded {
 /// The point with "{peer}" replaced in its workload's strings.
 pub fn with_peer(point: &Point, peer: &str) -> Point {
     let mut p = point.clone();
-    p.workload = crate::plan::substitute_peer(&point.workload, peer);
+    p.workload = crate::planning::plan::substitute_peer(&point.workload, peer);
     p
 }
 
@@ -153,11 +153,11 @@ impl Session<'_> {
         // Read between messages (heartbeats come every second or so);
         // over a limit mid-point is fatal to the boot, whose processes are
         // the ones over it.
-        let meter = limits.any().then(crate::hostcost::start);
+        let meter = limits.any().then(crate::machine::hostcost::start);
         let mut metered = Instant::now();
-        let over = |meter: &Option<crate::hostcost::Start>| {
+        let over = |meter: &Option<crate::machine::hostcost::Start>| {
             let m = meter.as_ref()?;
-            limits.exceeded(&crate::hostcost::end(m))
+            limits.exceeded(&crate::machine::hostcost::end(m))
         };
         let mut spill = Spill::new(&self.spill_dir).map_err(|e| Fatal::Store(e.to_string()))?;
         self.send(&HostMsg::Job(Box::new(Job {
@@ -692,7 +692,7 @@ mod tests {
                 &mut |_, outcome| {
                     outcomes.push(outcome);
                     if refuse {
-                        Err(crate::executor::PointRefused::Store {
+                        Err(crate::execution::executor::PointRefused::Store {
                             point: "p".into(),
                             source: "disk full".into(),
                         })

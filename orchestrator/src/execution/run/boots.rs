@@ -6,15 +6,17 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{RunError, RunOptions, RunResult};
-use crate::executor::{Boot, BootError, Executor, PointOutcome, PointRefused};
-use crate::hostcost;
-use crate::noise::{HostNoise, Snapshot};
-use crate::plan::{Plan, Point};
-use crate::progress::{Event, Progress};
-use crate::results::manifest::{self, EarlierMeasurement, Manifest, PointRecord, RunStatus};
-use crate::results::rundir::RunDir;
-use crate::results::{levels, outputs, samples, summary_table};
-use crate::spec::{BootPolicy, Spec};
+use crate::execution::executor::{Boot, BootError, Executor, PointOutcome, PointRefused};
+use crate::host::progress::{Event, Progress};
+use crate::machine::hostcost;
+use crate::machine::noise::{HostNoise, Snapshot};
+use crate::planning::plan::{Plan, Point};
+use crate::planning::spec::{BootPolicy, Spec};
+use crate::recording::results::manifest::{
+    self, EarlierMeasurement, Manifest, PointRecord, RunStatus,
+};
+use crate::recording::results::rundir::RunDir;
+use crate::recording::results::{levels, outputs, samples, summary_table};
 
 /// How the boots ended: every record, and why they stopped early if so.
 pub(super) struct Ended {
@@ -220,7 +222,7 @@ pub(super) fn run_boots(
             }
         }
         boot_index += 1;
-        if crate::executor::interrupted() {
+        if crate::execution::executor::interrupted() {
             stop = Some(RunStatus::Interrupted);
         }
         // Whatever else ended the boot, a lost point is what to report.
@@ -342,7 +344,8 @@ pub(super) fn finish(
     // The canary again, after the last boot: a host that slowed down
     // during the run shows as a gap between its start and end timings.
     if let Some(speed) = m.host.speed.as_mut().filter(|_| stop.is_none()) {
-        speed.end_ns_per_step = crate::calibrate::measure(crate::calibrate::PASSES);
+        speed.end_ns_per_step =
+            crate::machine::calibrate::measure(crate::machine::calibrate::PASSES);
     }
     let (finished_at, wall_s) =
         ended_at.unwrap_or_else(|| (manifest::utc_now(), started.elapsed().as_secs_f64()));
@@ -511,7 +514,7 @@ fn store_point(
     };
     let text = serde_json::to_vec_pretty(&rec)?;
     let path = rd.point_record(&rec.id);
-    crate::fsutil::write_atomic(&path, &text)
+    crate::host::fsutil::write_atomic(&path, &text)
         .map_err(|source| StoreError::Write { path, source })?;
     Ok(rec)
 }
@@ -565,7 +568,7 @@ fn new_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::spill::SpillFile;
+    use crate::recording::results::spill::SpillFile;
     use testbed_agent::protocol::SampleChunk;
 
     fn done_with_keys(dir: &std::path::Path, keys: std::ops::Range<usize>) -> PointOutcome {

@@ -10,13 +10,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{RunError, RunOptions};
-use crate::devices::passthrough::{self, bind_writes, restore_writes};
-use crate::devices::sysfs::{Host, Kernel, ROOT_ENV, Recorder, SysWrite};
-use crate::devices::{self, state};
-use crate::qemu::accel::AccelDecision;
-use crate::qemu::argv::{Accel, QemuDevice, VmConfig, build_argv, kernel_append};
-use crate::spec::{AccelChoice, ExecutorKind, LoadedSpec, Origin};
-use crate::{image, kernel, paths};
+use crate::execution::devices::passthrough::{self, bind_writes, restore_writes};
+use crate::execution::devices::sysfs::{Host, Kernel, ROOT_ENV, Recorder, SysWrite};
+use crate::execution::devices::{self, state};
+use crate::machine::qemu::accel::AccelDecision;
+use crate::machine::qemu::argv::{Accel, QemuDevice, VmConfig, build_argv, kernel_append};
+use crate::planning::spec::{AccelChoice, ExecutorKind, LoadedSpec, Origin};
+use crate::{host::paths, inputs::image, inputs::kernel};
 
 /// Prints the dry run; [`RunError::DryRun`] when all is printed, else why
 /// the run would be refused.
@@ -29,7 +29,7 @@ pub(super) fn run(loaded: &LoadedSpec, spec_path: &Path, opts: &RunOptions) -> R
         &paths::cache_root(),
     ) {
         Ok(text) => {
-            crate::stdout::print(format_args!("{text}"));
+            crate::host::stdout::print(format_args!("{text}"));
             RunError::DryRun
         }
         Err(e) => e,
@@ -134,7 +134,7 @@ pub(super) fn report(
         return Ok(out);
     }
     let mut requested = opts.accel.unwrap_or(spec.vm.accel);
-    if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+    if spec.vm.clock == crate::machine::qemu::argv::Clock::Instructions {
         // As a run: icount is TCG's (a spec asking for KVM was refused).
         let _ = writeln!(
             out,
@@ -195,7 +195,7 @@ pub(super) fn report(
             "pair topology: this is the client VM's argv, without its link (the server VM's is alike)"
         );
     }
-    let qemu = crate::qemu::qemu_binary().unwrap_or_else(|| {
+    let qemu = crate::machine::qemu::qemu_binary().unwrap_or_else(|| {
         let _ = writeln!(out, "qemu-system-x86_64 is not installed");
         PathBuf::from("qemu-system-x86_64")
     });
@@ -307,12 +307,12 @@ fn render_argv(argv: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::devices::fake::{FakeHost, PCI};
+    use crate::execution::devices::fake::{FakeHost, PCI};
 
     const SPEC: &str = "[experiment]\nname = \"pt\"\n[[devices]]\nname = \"fast\"\nkind = \"passthrough\"\npci = \"0000:01:00.0\"\nbind = true\n[[devices]]\nname = \"scratch\"\nkind = \"nvme\"\nsize = \"64M\"\n[workload]\nkind = \"randread\"\ndevice = \"fast\"\n";
 
     fn dry(f: &FakeHost, src: &str, opts: &RunOptions) -> Result<String, RunError> {
-        let loaded = crate::spec::parse(Path::new("pt.toml"), src).unwrap();
+        let loaded = crate::planning::spec::parse(Path::new("pt.toml"), src).unwrap();
         report(
             &loaded,
             Path::new("pt.toml"),

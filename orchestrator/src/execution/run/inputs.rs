@@ -8,15 +8,15 @@ use sha2::{Digest, Sha256};
 
 use super::vm::prepare_vm;
 use super::{RunError, RunOptions, setup};
-use crate::executor::Executor;
-use crate::executor::host::HostExecutor;
-use crate::executor::qemu::QemuExecutor;
-use crate::plan::{Plan, Point};
-use crate::progress::{Event, Progress};
-use crate::results::manifest::Manifest;
-use crate::results::rundir::RunDir;
-use crate::spec::{ExecutorKind, LoadedSpec};
-use crate::{devices, guestbin, hostinfo, kernel, paths};
+use crate::execution::executor::Executor;
+use crate::execution::executor::host::HostExecutor;
+use crate::execution::executor::qemu::QemuExecutor;
+use crate::host::progress::{Event, Progress};
+use crate::planning::plan::{Plan, Point};
+use crate::planning::spec::{ExecutorKind, LoadedSpec};
+use crate::recording::results::manifest::Manifest;
+use crate::recording::results::rundir::RunDir;
+use crate::{execution::devices, host::paths, inputs::guestbin, inputs::kernel, machine::hostinfo};
 
 /// Devices, guest binaries and the executor, recorded in the manifest.
 pub(super) fn prepare(
@@ -45,12 +45,12 @@ pub(super) fn prepare(
         }
     }
     let (agent, helpers) = guest_binaries(&repo, plan, m, progress)?;
-    let qemu = crate::qemu::qemu_binary();
+    let qemu = crate::machine::qemu::qemu_binary();
     m.host = hostinfo::collect(&repo, qemu.as_deref());
     // The canary before the first boot; boots.rs times it again at the end.
-    m.host.speed = Some(crate::calibrate::HostSpeed {
-        canary: crate::calibrate::CANARY.into(),
-        start_ns_per_step: crate::calibrate::measure(crate::calibrate::PASSES),
+    m.host.speed = Some(crate::machine::calibrate::HostSpeed {
+        canary: crate::machine::calibrate::CANARY.into(),
+        start_ns_per_step: crate::machine::calibrate::measure(crate::machine::calibrate::PASSES),
         end_ns_per_step: Vec::new(),
     });
     let executor: Box<dyn Executor> = match spec.experiment.executor {
@@ -70,7 +70,7 @@ pub(super) fn prepare(
             )?;
             m.inputs.kernel = inputs.kernel;
             m.inputs.files.extend(inputs.files);
-            m.timing_note = if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+            m.timing_note = if spec.vm.clock == crate::machine::qemu::argv::Clock::Instructions {
                 "TCG with an instruction clock (QEMU icount, shift=0, sleep off): the guest's clock advances 1 ns per instruction, so its times are instruction counts (deterministic work), not latency".into()
             } else {
                 decision.timing_note().to_string()
@@ -177,7 +177,7 @@ pub(crate) fn build_shared(
     }
     env.insert("TESTBED_CACHE".into(), cache.display().to_string());
     env.insert("TESTBED_ROOT".into(), repo.display().to_string());
-    env.insert(crate::paths::NO_BUILD_ENV.into(), "1".into());
+    env.insert(crate::host::paths::NO_BUILD_ENV.into(), "1".into());
     if task_executor == ExecutorKind::Qemu {
         let kernel = super::vm::resolve_kernel(loaded, &cache)?;
         let needs_bpf = plan.points.iter().any(|p| p.workload.needs().bpf_programs);
@@ -190,16 +190,16 @@ pub(crate) fn build_shared(
     Ok(env)
 }
 
-fn pair_setup(loaded: &LoadedSpec) -> Option<crate::executor::qemu::PairSetup> {
+fn pair_setup(loaded: &LoadedSpec) -> Option<crate::execution::executor::qemu::PairSetup> {
     let t = loaded.spec.topology.as_ref()?;
     let workload = loaded.server_workload.clone()?;
-    Some(crate::executor::qemu::PairSetup {
+    Some(crate::execution::executor::qemu::PairSetup {
         server_job: Point {
             point: u32::MAX,
             rep: 0,
             params: BTreeMap::new(),
             workload,
-            seed: crate::plan::point_seed(loaded.spec.experiment.seed, u64::MAX, 0),
+            seed: crate::planning::plan::point_seed(loaded.spec.experiment.seed, u64::MAX, 0),
             vm_vcpus: None,
             boot_group: 0,
         },

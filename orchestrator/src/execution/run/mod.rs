@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::executor::Executor;
-use crate::paths;
-use crate::plan::Plan;
-use crate::progress::Progress;
-use crate::results::manifest::{self, Manifest};
-use crate::results::rundir::RunDir;
-use crate::spec::{AccelChoice, ExecutorKind, LoadedSpec};
+use crate::execution::executor::Executor;
+use crate::host::paths;
+use crate::host::progress::Progress;
+use crate::planning::plan::Plan;
+use crate::planning::spec::{AccelChoice, ExecutorKind, LoadedSpec};
+use crate::recording::results::manifest::{self, Manifest};
+use crate::recording::results::rundir::RunDir;
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -51,11 +51,11 @@ pub struct TaskContext {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
+    Spec(#[from] crate::planning::spec::SpecError),
     #[error("{0}")]
     Setup(String),
     #[error(transparent)]
-    Manifest(#[from] crate::results::manifest::ManifestError),
+    Manifest(#[from] crate::recording::results::manifest::ManifestError),
     #[error("interrupted; finished points are kept in {0} (continue with --resume --out {0})")]
     Interrupted(String),
     /// --resume without --force, and the inputs differ from the earlier
@@ -72,7 +72,7 @@ pub enum RunError {
     #[error("dry run: nothing was written, bound or started")]
     DryRun,
     /// Another process holds the run directory (running or resuming it).
-    #[error("run directory {} is in use by {}", dir.display(), crate::lock::holder_text(*pid))]
+    #[error("run directory {} is in use by {}", dir.display(), crate::host::lock::holder_text(*pid))]
     InUse { dir: PathBuf, pid: Option<u32> },
 }
 
@@ -98,16 +98,18 @@ pub use vm::probe_boot;
 
 /// Parses, validates and plans a spec without running it.
 pub fn check_spec(spec_path: &Path) -> Result<(LoadedSpec, Plan), RunError> {
-    let loaded = crate::spec::load(spec_path)?;
-    let plan = crate::plan::plan(&loaded)?;
+    let loaded = crate::planning::spec::load(spec_path)?;
+    let plan = crate::planning::plan::plan(&loaded)?;
     Ok((loaded, plan))
 }
 
 /// [`check_spec`] reporting every error of the spec (`testbed validate`),
 /// in file order.
-pub fn check_spec_all(spec_path: &Path) -> Result<(LoadedSpec, Plan), Vec<crate::spec::SpecError>> {
-    let loaded = crate::spec::load_all(spec_path)?;
-    let plan = crate::plan::plan_all(&loaded)?;
+pub fn check_spec_all(
+    spec_path: &Path,
+) -> Result<(LoadedSpec, Plan), Vec<crate::planning::spec::SpecError>> {
+    let loaded = crate::planning::spec::load_all(spec_path)?;
+    let plan = crate::planning::plan::plan_all(&loaded)?;
     Ok((loaded, plan))
 }
 
@@ -116,11 +118,11 @@ pub fn run(
     opts: &RunOptions,
     progress: &mut dyn Progress,
 ) -> Result<RunResult, RunError> {
-    crate::phases::time("runs", || run_timed(spec_path, opts, progress))
+    crate::host::phases::time("runs", || run_timed(spec_path, opts, progress))
 }
 
 /// The host tools a spec's run needs, by executor and workload.
-pub fn needs(spec: &crate::spec::Spec, plan: &Plan) -> Vec<&'static str> {
+pub fn needs(spec: &crate::planning::spec::Spec, plan: &Plan) -> Vec<&'static str> {
     let mut needs = Vec::new();
     let qemu = spec.experiment.executor == ExecutorKind::Qemu;
     if qemu {
@@ -159,7 +161,7 @@ pub fn blocked(loaded: &LoadedSpec) -> Option<String> {
         return None;
     }
     let name = &loaded.spec.kernel.name;
-    crate::kernel::failed_earlier(&paths::kernel_configs(), name)
+    crate::inputs::kernel::failed_earlier(&paths::kernel_configs(), name)
         .map(|r| format!("skipped: kernel `{name}` failed to build earlier in this run:\n{r}"))
 }
 
@@ -181,15 +183,15 @@ fn run_timed(
             }
             loaded.spec.experiment.executor = e;
         } else {
-            crate::spec::set_executor(&mut loaded, e)?;
-            plan = crate::plan::plan(&loaded)?;
+            crate::planning::spec::set_executor(&mut loaded, e)?;
+            plan = crate::planning::plan::plan(&loaded)?;
         }
     }
     if opts.dry_run {
         return Err(dry_run::run(&loaded, spec_path, opts));
     }
     if loaded.spec.experiment.executor == ExecutorKind::Slurm {
-        return crate::slurm::submit::run(&loaded, &plan, spec_path, opts, progress);
+        return crate::execution::slurm::submit::run(&loaded, &plan, spec_path, opts, progress);
     }
     run_checked(&loaded, &plan, spec_path, opts, progress)
 }
@@ -206,7 +208,8 @@ pub(crate) fn run_checked(
     let started = Instant::now();
     let spec = &loaded.spec;
     // Missing tools are named now, before a run directory or a build.
-    crate::hosttools::preflight(&needs(spec, plan)).map_err(|e| RunError::Setup(e.to_string()))?;
+    crate::host::hosttools::preflight(&needs(spec, plan))
+        .map_err(|e| RunError::Setup(e.to_string()))?;
     // The kernel too (fetched, built or found in the cache): a build that
     // fails leaves no run directory behind; and what the devices and the workload need from it, so a refusal
     // creates no backing file either.
@@ -263,7 +266,7 @@ fn run_in_dir(
     let mut executor = prepare(&rd, &mut m, progress)?;
     // What each boot reads from the cache (kernel, initramfs, root image)
     // stays there until the run ends: `testbed cache prune` skips it.
-    let _in_use = crate::caches::hold_for_run(&paths::cache_root(), &m.inputs.paths())
+    let _in_use = crate::inputs::caches::hold_for_run(&paths::cache_root(), &m.inputs.paths())
         .map_err(|e| RunError::Setup(format!("hold the run's cache entries: {e}")))?;
     // The inputs are known only now; the earlier manifest stays as it was
     // unless they pass.
@@ -294,10 +297,10 @@ mod tests {
     use testbed_agent::protocol::SampleChunk;
 
     use super::*;
-    use crate::executor::{Boot, BootError, BootRecord, PointOutcome};
-    use crate::plan::Point;
-    use crate::progress::{Collect, Event};
-    use crate::results::spill::SpillFile;
+    use crate::execution::executor::{Boot, BootError, BootRecord, PointOutcome};
+    use crate::host::progress::{Collect, Event};
+    use crate::planning::plan::Point;
+    use crate::recording::results::spill::SpillFile;
 
     /// What the stand-in does with a point: its outcome (None: the point
     /// is left without one, as a broken executor might).
@@ -603,7 +606,8 @@ mod tests {
         assert!(!r01.ok, "listed as not done, so neither drawn nor reused");
         // The merged table holds the two whole points.
         let (_, batches) =
-            crate::results::samples::read_parquet(&c.out.join("samples.parquet")).unwrap();
+            crate::recording::results::samples::read_parquet(&c.out.join("samples.parquet"))
+                .unwrap();
         assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
     }
 
@@ -660,7 +664,7 @@ mod tests {
         // All three ran again, in one boot, and are whole now.
         assert_eq!(*c.boots.borrow(), [0, 1]);
         for p in &r.manifest.points {
-            crate::results::rundir::RunDir {
+            crate::recording::results::rundir::RunDir {
                 root: c.out.clone(),
             }
             .check_point(p)
@@ -806,7 +810,7 @@ mod tests {
         // A run of this spec, which another process is running.
         std::fs::create_dir_all(&c.out).unwrap();
         std::fs::copy(&c.spec, c.out.join("spec.toml")).unwrap();
-        let holder = crate::lock::test_support::Holder::exclusive(&c.out.join(".lock"));
+        let holder = crate::host::lock::test_support::Holder::exclusive(&c.out.join(".lock"));
         for resume in [false, true] {
             let e = c
                 .run(
@@ -841,7 +845,7 @@ mod tests {
         let path = out.join("points").join(format!("{id}.json"));
         let mut rec: manifest::PointRecord =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        rec.noise = Some(crate::noise::HostNoise {
+        rec.noise = Some(crate::machine::noise::HostNoise {
             others_pct,
             steal_pct: 0.0,
             own_pct: 50.0,

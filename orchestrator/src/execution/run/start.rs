@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::{RunError, RunOptions, setup};
-use crate::lock::{Lock, LockError};
-use crate::paths;
-use crate::progress::{Event, Progress};
-use crate::results::manifest::{self, FORCED_RESUME, Manifest, RunStatus};
-use crate::results::rundir::{RunDir, holds_no_run, new_run_id};
-use crate::spec::LoadedSpec;
+use crate::host::lock::{Lock, LockError};
+use crate::host::paths;
+use crate::host::progress::{Event, Progress};
+use crate::planning::spec::LoadedSpec;
+use crate::recording::results::manifest::{self, FORCED_RESUME, Manifest, RunStatus};
+use crate::recording::results::rundir::{RunDir, holds_no_run, new_run_id};
 
 /// A started run: its directory (held by this process until the lock is
 /// dropped), the manifest as it starts, and for --resume what the earlier
@@ -43,7 +43,7 @@ pub(crate) fn begin(
         // Before anything is created: a directory that holds no run stays as it was.
         check_same_spec(&rd, &spec_sha)?;
     }
-    crate::fsutil::create_dir(&rd.root).map_err(setup("run directory"))?;
+    crate::host::fsutil::create_dir(&rd.root).map_err(setup("run directory"))?;
     // Held for the whole run: a second run or resume of this directory is
     // refused rather than interleaving its points and logs with ours.
     let lock = rd.lock().map_err(|e| match e {
@@ -59,11 +59,11 @@ pub(crate) fn begin(
             dir.display()
         )));
     }
-    crate::fsutil::write_atomic(&rd.spec_copy(), loaded.source.as_bytes())
+    crate::host::fsutil::write_atomic(&rd.spec_copy(), loaded.source.as_bytes())
         .map_err(setup("copy spec"))?;
     // The samples of a point in flight when an earlier testbed was killed
     // (never stored: that point runs again). Safe: we hold the lock.
-    let stale = crate::results::spill::remove_stale(&rd.points_dir());
+    let stale = crate::recording::results::spill::remove_stale(&rd.points_dir());
     if stale > 0 {
         eprintln!(
             "[testbed] removed {stale} spill file(s) of a point in flight when a run was killed"
@@ -106,7 +106,7 @@ pub(crate) fn begin(
         spec_sha256: spec_sha,
         spec: serde_json::to_value(spec).unwrap_or_default(),
         executor: format!("{:?}", spec.experiment.executor).to_lowercase(),
-        containment: crate::cgroup::current().describe(),
+        containment: crate::host::cgroup::current().describe(),
         inputs: Default::default(),
         accel: None,
         timing_note: String::new(),
@@ -127,7 +127,7 @@ pub(crate) fn begin(
     if let Some(t) = &opts.task {
         m.inputs
             .files
-            .insert(crate::slurm::TASK_INPUT.into(), t.info.clone());
+            .insert(crate::execution::slurm::TASK_INPUT.into(), t.info.clone());
     }
     if let Some(e) = &earlier {
         // The earlier attempt's boots stay listed, and numbering goes on

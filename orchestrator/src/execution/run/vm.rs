@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use super::inputs::file_input;
 use super::{RunError, RunOptions, setup};
-use crate::progress::{Event, Progress};
-use crate::qemu::accel::{self, AccelChoice, AccelDecision};
-use crate::qemu::argv::{Accel, VmConfig};
-use crate::results::manifest::{Inputs, KernelInput};
-use crate::spec::LoadedSpec;
-use crate::wait;
-use crate::{devices, guestbin, image, kernel, paths};
+use crate::host::progress::{Event, Progress};
+use crate::host::wait;
+use crate::machine::qemu::accel::{self, AccelChoice, AccelDecision};
+use crate::machine::qemu::argv::{Accel, VmConfig};
+use crate::planning::spec::LoadedSpec;
+use crate::recording::results::manifest::{Inputs, KernelInput};
+use crate::{execution::devices, host::paths, inputs::guestbin, inputs::image, inputs::kernel};
 
 /// The spec's kernel; an error points at `kernel.name` in the spec.
 pub(crate) fn resolve_kernel(
@@ -21,7 +21,7 @@ pub(crate) fn resolve_kernel(
     cache: &Path,
 ) -> Result<kernel::KernelArtifact, RunError> {
     let name = &loaded.spec.kernel.name;
-    let resolved = if let Some(why) = crate::paths::no_build() {
+    let resolved = if let Some(why) = crate::host::paths::no_build() {
         // A Slurm task finds what the submitting host built, or stops.
         match kernel::lookup_cached(&paths::kernel_configs(), name, cache) {
             Ok(Some(k)) => Ok(k),
@@ -68,7 +68,7 @@ fn root_image(
     let at = |e: String| RunError::Spec(loaded.error_at("image", Some("name"), e));
     let recipe = image::recipe::load(&image::recipes_dir(), name).map_err(|e| at(e.to_string()))?;
     progress.event(Event::Stage(format!("root image {name}")));
-    let built = crate::phases::time("images", || {
+    let built = crate::host::phases::time("images", || {
         image::rootfs::ensure(&recipe, cache, &mut |s| {
             progress.event(Event::Stage(format!("image: {s}")))
         })
@@ -135,9 +135,9 @@ fn storage_modules(
             image::kernel_needs::modules_for(kernel, d.kind.def().kernel_needs()).map_err(|e| {
                 RunError::Spec(loaded.error_at_path(
                     &[
-                        crate::spec::PathSeg::Key("devices"),
-                        crate::spec::PathSeg::Index(i),
-                        crate::spec::PathSeg::Key("kind"),
+                        crate::planning::spec::PathSeg::Key("devices"),
+                        crate::planning::spec::PathSeg::Index(i),
+                        crate::planning::spec::PathSeg::Key("kind"),
                     ],
                     format!("device {:?} ({}): {e}", d.name, d.kind.name()),
                 ))
@@ -150,9 +150,9 @@ fn storage_modules(
         RunError::Spec(match (&spec.image.name, formatted) {
             (None, Some(i)) => loaded.error_at_path(
                 &[
-                    crate::spec::PathSeg::Key("devices"),
-                    crate::spec::PathSeg::Index(i),
-                    crate::spec::PathSeg::Key("filesystem"),
+                    crate::planning::spec::PathSeg::Key("devices"),
+                    crate::planning::spec::PathSeg::Index(i),
+                    crate::planning::spec::PathSeg::Key("filesystem"),
                 ],
                 e.to_string(),
             ),
@@ -228,8 +228,12 @@ pub(crate) fn build_shared_image(
     }
     // Storage-hook jobs: the BPF programs, built against this kernel.
     if needs_bpf {
-        let bpf = crate::ebpf::build_for(kernel, &paths::repo_root().join("ebpf-programs"), cache)
-            .map_err(setup("BPF programs"))?;
+        let bpf = crate::inputs::ebpf::build_for(
+            kernel,
+            &paths::repo_root().join("ebpf-programs"),
+            cache,
+        )
+        .map_err(setup("BPF programs"))?;
         inputs.files.insert(
             "bpf_programs".into(),
             bpf.iter().map(|(_, host)| file_input(host)).collect(),
@@ -259,7 +263,7 @@ pub(crate) fn build_shared_image(
         files,
     };
     progress.event(Event::Stage("building initramfs".into()));
-    let img = crate::phases::time("images", || image::build_initramfs(&img_inputs, cache))
+    let img = crate::host::phases::time("images", || image::build_initramfs(&img_inputs, cache))
         .map_err(setup("initramfs"))?;
     inputs.files.insert(
         "initramfs".into(),
@@ -317,7 +321,7 @@ pub(super) fn prepare_vm(
     } = build_shared_image(loaded, kernel, agent, helpers, needs_bpf, cache, progress)?;
     let mut qemu_devices: Vec<_> = prepared.iter().map(|d| d.qemu.clone()).collect();
     if let Some(r) = rootfs {
-        qemu_devices.push(crate::qemu::argv::QemuDevice::RootImage {
+        qemu_devices.push(crate::machine::qemu::argv::QemuDevice::RootImage {
             path: r.path,
             serial: image::rootfs::SERIAL.into(),
         });
@@ -339,7 +343,7 @@ pub(super) fn prepare_vm(
         clock: spec.vm.clock,
     };
     let mut requested = opts.accel.unwrap_or(spec.vm.accel);
-    if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+    if spec.vm.clock == crate::machine::qemu::argv::Clock::Instructions {
         // icount is TCG's: no KVM probe, and no KVM when asked for.
         requested = match requested {
             AccelChoice::Kvm => {
@@ -367,7 +371,7 @@ pub(super) fn prepare_vm(
 /// Boots the image under KVM until the agent says hello (then kills it).
 pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::ProbeResult {
     let started = Instant::now();
-    let nonce = crate::random::hex(8);
+    let nonce = crate::host::random::hex(8);
     let dir = match tempfile::tempdir() {
         Ok(d) => d,
         Err(e) => return accel::probe_outcome(started, Err(format!("temp dir: {e}"))),
@@ -377,19 +381,20 @@ pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::Probe
     // No devices: the probe asks only whether a guest runs at all.
     c.devices.clear();
     c.memory_mib = c.memory_mib.min(512);
-    c.append = crate::qemu::argv::kernel_append(Accel::Kvm, &nonce, true, &[]);
+    c.append = crate::machine::qemu::argv::kernel_append(Accel::Kvm, &nonce, true, &[]);
     c.console_log = dir.path().join("console.log");
     c.agent_socket = dir.path().join("a.sock");
-    let argv = crate::qemu::argv::build_argv(&c);
+    let argv = crate::machine::qemu::argv::build_argv(&c);
     let log = dir.path().join("qemu.log");
     let outcome = (|| {
-        let mut vm =
-            crate::qemu::process::VmProcess::spawn(&argv, &log).map_err(|e| e.to_string())?;
-        let ch = crate::qemu::channel::Channel::connect_vm(&c.agent_socket, &mut vm, timeout)
-            .map_err(|e| {
+        let mut vm = crate::machine::qemu::process::VmProcess::spawn(&argv, &log)
+            .map_err(|e| e.to_string())?;
+        let ch =
+            crate::machine::qemu::channel::Channel::connect_vm(&c.agent_socket, &mut vm, timeout)
+                .map_err(|e| {
                 format!(
                     "{e}: {}",
-                    crate::qemu::process::tail_lines(&log, 3).replace('\n', " | ")
+                    crate::machine::qemu::process::tail_lines(&log, 3).replace('\n', " | ")
                 )
             })?;
         // recv_timeout does the waiting between checks.
@@ -397,7 +402,7 @@ pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::Probe
             if let Some(status) = vm.try_wait() {
                 return Some(Err(format!(
                     "QEMU exited ({status}): {}",
-                    crate::qemu::process::tail_lines(&log, 3).replace('\n', " | ")
+                    crate::machine::qemu::process::tail_lines(&log, 3).replace('\n', " | ")
                 )));
             }
             match ch.recv_timeout(Duration::from_millis(100)) {
@@ -413,7 +418,7 @@ pub fn probe_boot(base: &VmConfig, timeout: std::time::Duration) -> accel::Probe
             wait::Waited::TimedOut | wait::Waited::Interrupted => Err(format!(
                 "no agent within {}s (guest hung; last console line: {:?})",
                 timeout.as_secs(),
-                crate::qemu::process::tail_lines(&c.console_log, 1)
+                crate::machine::qemu::process::tail_lines(&c.console_log, 1)
             )),
         }
     })();
@@ -431,7 +436,8 @@ fn patch_digests(kernel: &kernel::KernelArtifact) -> BTreeMap<String, String> {
         .patches
         .iter()
         .filter_map(|name| {
-            let (sha, _) = crate::fsutil::sha256_file(&entry.join("patches").join(name)).ok()?;
+            let (sha, _) =
+                crate::host::fsutil::sha256_file(&entry.join("patches").join(name)).ok()?;
             Some((name.clone(), sha))
         })
         .collect()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::SlurmError;
-use crate::spec::{AccelChoice, ExecutorKind, SlurmSection};
+use crate::planning::spec::{AccelChoice, ExecutorKind, SlurmSection};
 
 /// The Slurm part of a run directory.
 #[derive(Debug, Clone)]
@@ -57,7 +57,7 @@ impl ArrayDir {
             path: path.clone(),
             detail: e.to_string(),
         })?;
-        crate::fsutil::write_atomic(&path, &text).map_err(|e| SlurmError::File {
+        crate::host::fsutil::write_atomic(&path, &text).map_err(|e| SlurmError::File {
             path,
             detail: e.to_string(),
         })
@@ -312,7 +312,7 @@ mod tests {
         };
         let s = SlurmSection {
             partition: Some("nvme".into()),
-            time: Some(crate::units::Span(std::time::Duration::from_secs(90))),
+            time: Some(crate::host::units::Span(std::time::Duration::from_secs(90))),
             ..SlurmSection::default()
         };
         let res = resources(&s, ExecutorKind::Qemu, 2, 1024);

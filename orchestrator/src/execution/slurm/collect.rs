@@ -8,16 +8,17 @@ use std::path::Path;
 use super::array::ArrayDir;
 use super::setup;
 use super::{ARRAY_INPUT, TASK_INPUT};
-use crate::progress::{Event, Progress};
-use crate::results::manifest::{self, Manifest, PointRecord, RunStatus};
-use crate::results::rundir::RunDir;
-use crate::run::{RunError, RunResult};
+use crate::execution::run::{RunError, RunResult};
+use crate::host::progress::{Event, Progress};
+use crate::recording::results::manifest::{self, Manifest, PointRecord, RunStatus};
+use crate::recording::results::rundir::RunDir;
 
 /// Copies `from` to `to` through a temporary file: a reader of `to` sees
 /// the old file or the whole new one.
 fn copy_whole(from: &Path, to: &Path) -> Result<(), RunError> {
     let bytes = std::fs::read(from).map_err(|e| setup(format!("{}: {e}", from.display())))?;
-    crate::fsutil::write_atomic(to, &bytes).map_err(|e| setup(format!("{}: {e}", to.display())))
+    crate::host::fsutil::write_atomic(to, &bytes)
+        .map_err(|e| setup(format!("{}: {e}", to.display())))
 }
 
 pub fn collect(run_dir: &Path, progress: &mut dyn Progress) -> Result<RunResult, RunError> {
@@ -27,7 +28,7 @@ pub fn collect(run_dir: &Path, progress: &mut dyn Progress) -> Result<RunResult,
         root: run_dir.to_path_buf(),
     };
     let _lock = rd.lock().map_err(|e| match e {
-        crate::lock::LockError::Busy { pid, .. } => RunError::InUse {
+        crate::host::lock::LockError::Busy { pid, .. } => RunError::InUse {
             dir: rd.root.clone(),
             pid,
         },
@@ -35,7 +36,7 @@ pub fn collect(run_dir: &Path, progress: &mut dyn Progress) -> Result<RunResult,
     })?;
     let mut m: Manifest = manifest::read(&rd.manifest())?;
     let live = super::submit::live_tasks(&state).unwrap_or_default();
-    crate::fsutil::create_dir(&rd.points_dir())
+    crate::host::fsutil::create_dir(&rd.points_dir())
         .map_err(|e| setup(format!("{}: {e}", rd.points_dir().display())))?;
     let mut records: BTreeMap<String, PointRecord> = BTreeMap::new();
     let mut tasks = Vec::new();
@@ -149,5 +150,5 @@ pub fn collect(run_dir: &Path, progress: &mut dyn Progress) -> Result<RunResult,
     if m.status != RunStatus::Running {
         m.status = RunStatus::Running;
     }
-    crate::run::finish_collected(&rd, m, records, state.planned.clone(), ended_at)
+    crate::execution::run::finish_collected(&rd, m, records, state.planned.clone(), ended_at)
 }

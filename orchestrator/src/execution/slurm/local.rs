@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::qemu::process::GroupProcess;
-use crate::wait::{Until, Waited, poll};
+use crate::host::wait::{Until, Waited, poll};
+use crate::machine::qemu::process::GroupProcess;
 
 use super::SlurmError;
 
@@ -109,7 +109,7 @@ impl LocalSlurm {
         let key = private.join("munge.key");
         let mut bytes = vec![0u8; 1024];
         getrandom(&mut bytes)?;
-        crate::fsutil::write_atomic(&key, &bytes).map_err(|e| local_err("munge key", e))?;
+        crate::host::fsutil::write_atomic(&key, &bytes).map_err(|e| local_err("munge key", e))?;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400))
             .map_err(|e| local_err("munge key", e))?;
         let socket = run.join("munge.sock");
@@ -135,7 +135,7 @@ impl LocalSlurm {
                 "start munged",
                 format!(
                     "{e}: {}",
-                    crate::qemu::process::tail_lines(&log.join("munged.out"), 2)
+                    crate::machine::qemu::process::tail_lines(&log.join("munged.out"), 2)
                 ),
             )
         })?;
@@ -196,7 +196,7 @@ impl LocalSlurm {
             decl = node_decl.join(" "),
         );
         let conf = dir.join("slurm.conf");
-        crate::fsutil::write_atomic(&conf, conf_text.as_bytes())
+        crate::host::fsutil::write_atomic(&conf, conf_text.as_bytes())
             .map_err(|e| local_err("slurm.conf", e))?;
         std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644))
             .map_err(|e| local_err("slurm.conf", e))?;

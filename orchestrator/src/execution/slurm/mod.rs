@@ -39,8 +39,8 @@ pub const ARRAY_INPUT: &str = "slurm";
 pub const TASK_OFFSET_ENV: &str = "TESTBED_TASK_OFFSET";
 
 /// A failure of the Slurm executor's set-up, as a run reports it.
-fn setup(e: impl std::fmt::Display) -> crate::run::RunError {
-    crate::run::RunError::Setup(e.to_string())
+fn setup(e: impl std::fmt::Display) -> crate::execution::run::RunError {
+    crate::execution::run::RunError::Setup(e.to_string())
 }
 
 #[derive(Debug, thiserror::Error)]

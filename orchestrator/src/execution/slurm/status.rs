@@ -8,7 +8,7 @@ use std::path::Path;
 use super::SlurmError;
 use super::array::ArrayDir;
 use super::queue::{self, TaskState};
-use crate::results::manifest;
+use crate::recording::results::manifest;
 
 /// The status table of a Slurm run directory.
 pub fn render(run_dir: &Path) -> Result<String, SlurmError> {

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use super::array::{self, ArrayDir, ArrayState, Submission};
 use super::setup;
 use super::{SlurmError, queue};
-use crate::plan::{Plan, Point};
-use crate::progress::{Event, Progress};
-use crate::results::manifest::{self, RunStatus};
-use crate::run::{RunError, RunOptions, RunResult};
-use crate::spec::{ExecutorKind, LoadedSpec};
+use crate::execution::run::{RunError, RunOptions, RunResult};
+use crate::host::progress::{Event, Progress};
+use crate::planning::plan::{Plan, Point};
+use crate::planning::spec::{ExecutorKind, LoadedSpec};
+use crate::recording::results::manifest::{self, RunStatus};
 
 pub fn run(
     loaded: &LoadedSpec,
@@ -34,21 +34,21 @@ pub fn run(
     }
     let mut needs = vec!["slurm"];
     needs.extend(
-        crate::run::needs(spec, plan)
+        crate::execution::run::needs(spec, plan)
             .into_iter()
             .filter(|n| *n != "vm"),
     );
     if task_executor == ExecutorKind::Qemu {
         needs.push("vm");
     }
-    crate::hosttools::preflight(&needs).map_err(setup)?;
-    let crate::run::start::Started {
+    crate::host::hosttools::preflight(&needs).map_err(setup)?;
+    let crate::execution::run::start::Started {
         rd,
         mut m,
         lock: _lock,
         earlier,
         ..
-    } = crate::run::start::begin(loaded, spec_path, opts)?;
+    } = crate::execution::run::start::begin(loaded, spec_path, opts)?;
     let dir = ArrayDir::new(&rd.root);
     let resumed = opts.resume && dir.state_file().is_file();
     let mut state = if resumed {
@@ -75,14 +75,15 @@ pub fn run(
     }
     // Built here, once, into the shared cache; the tasks only look them up.
     progress.event(Event::Stage("building the inputs every task uses".into()));
-    state.env = crate::run::build_shared(loaded, plan, task_executor, &mut m, progress)?;
+    state.env = crate::execution::run::build_shared(loaded, plan, task_executor, &mut m, progress)?;
     let to_submit = if resumed {
         unfinished_tasks(&dir, &state, progress)?
     } else {
         (0..state.tasks.len() as u32).collect()
     };
     for sub in [dir.slurm(), dir.logs(), dir.slurm().join("tasks")] {
-        crate::fsutil::create_dir(&sub).map_err(|e| setup(format!("{}: {e}", sub.display())))?;
+        crate::host::fsutil::create_dir(&sub)
+            .map_err(|e| setup(format!("{}: {e}", sub.display())))?;
     }
     if to_submit.is_empty() {
         progress.event(Event::Stage(
@@ -96,7 +97,7 @@ pub fn run(
             spec.vm.memory.mib(),
         );
         let script = array::batch_script(&dir, &state, &spec.slurm, &res);
-        crate::fsutil::write_atomic(&dir.script(), script.as_bytes())
+        crate::host::fsutil::write_atomic(&dir.script(), script.as_bytes())
             .map_err(|e| setup(format!("{}: {e}", dir.script().display())))?;
         let max_array = queue::max_array_size().map_err(setup)?;
         for (offset, tasks) in array::windows(&to_submit, max_array) {
@@ -256,7 +257,7 @@ fn wait_for_array(
         if live.is_empty() {
             return Ok(());
         }
-        if crate::interrupt::interrupted() {
+        if crate::host::interrupt::interrupted() {
             return Err(RunError::Setup(format!(
                 "stopped waiting; the array keeps running in Slurm. Follow it with `testbed status {0}`, then `testbed collect {0}`",
                 dir.root.display()

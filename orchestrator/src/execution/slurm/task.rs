@@ -7,9 +7,9 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::array::ArrayDir;
-use crate::plan::Point;
-use crate::progress::Progress;
-use crate::run::{RunError, RunOptions, RunResult, TaskContext};
+use crate::execution::run::{RunError, RunOptions, RunResult, TaskContext};
+use crate::host::progress::Progress;
+use crate::planning::plan::Point;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -52,14 +52,14 @@ pub fn run(
         ))
     })?;
     let spec_path = run_dir.join("spec.toml");
-    let mut loaded = crate::spec::load(&spec_path)?;
+    let mut loaded = crate::planning::spec::load(&spec_path)?;
     if hex::encode(Sha256::digest(loaded.source.as_bytes())) != state.spec_sha256 {
         return Err(setup(format!(
             "{} changed since the array was submitted",
             spec_path.display()
         )));
     }
-    let plan = crate::plan::plan(&loaded)?;
+    let plan = crate::planning::plan::plan(&loaded)?;
     let mut mine = plan.clone();
     mine.points.retain(|p| ids.contains(&p.id()));
     if mine.points.len() != ids.len() {
@@ -69,7 +69,7 @@ pub fn run(
             "task {task}: the plan has no point {missing:?}"
         )));
     }
-    crate::spec::set_executor(&mut loaded, state.task_executor)?;
+    crate::planning::spec::set_executor(&mut loaded, state.task_executor)?;
     let out = dir.task_dir(task);
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -94,5 +94,5 @@ pub fn run(
         }),
         ..RunOptions::default()
     };
-    crate::run::run_checked(&loaded, &mine, &spec_path, &opts, progress)
+    crate::execution::run::run_checked(&loaded, &mine, &spec_path, &opts, progress)
 }

@@ -9,8 +9,8 @@ use super::rootfs::{self, RootfsError};
 pub fn build(name: &str) -> Result<String, RootfsError> {
     let started = Instant::now();
     let r = recipe::load(&super::recipes_dir(), name)?;
-    let cache = crate::paths::cache_root();
-    let built = crate::phases::time("images", || {
+    let cache = crate::host::paths::cache_root();
+    let built = crate::host::phases::time("images", || {
         rootfs::ensure(&r, &cache, &mut |s| eprintln!("[testbed] image: {s}"))
     })?;
     let how = if built.built_now {
@@ -35,7 +35,7 @@ pub fn build(name: &str) -> Result<String, RootfsError> {
 pub fn list() -> Result<String, RootfsError> {
     let dir = super::recipes_dir();
     let mut out = format!("recipes in {}:\n", dir.display());
-    for (r, built) in rootfs::list(&dir, &crate::paths::cache_root())? {
+    for (r, built) in rootfs::list(&dir, &crate::host::paths::cache_root())? {
         let state = match built {
             Ok(Some(b)) => format!("built {} key {}", mib(b.info.bytes), &b.info.key[..12]),
             Ok(None) => "not built".to_string(),

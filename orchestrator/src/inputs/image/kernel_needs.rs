@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::kernel::KernelArtifact;
+use crate::inputs::kernel::KernelArtifact;
 
 /// A kernel option and the module that provides it when it is `=m`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn a_kernel_without_overlayfs_is_refused_naming_the_option() {
         let fragment = std::fs::read_to_string(
-            crate::paths::kernel_configs().join("fragments/vm-base.config"),
+            crate::host::paths::kernel_configs().join("fragments/vm-base.config"),
         )
         .unwrap();
         let cfg = format!("{fragment}\n# CONFIG_OVERLAY_FS is not set\n");

@@ -358,7 +358,7 @@ mod tests {
             "/usr/bin/python3",
             "/usr/bin/ssh",
         ] {
-            let Some(p) = crate::hosttools::find_program(name) else {
+            let Some(p) = crate::host::hosttools::find_program(name) else {
                 continue;
             };
             let ours: BTreeSet<String> = library_closure(&p).unwrap().into_iter().collect();
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn a_static_program_needs_nothing() {
-        let busybox = crate::paths::busybox().expect("busybox-static is a host tool");
+        let busybox = crate::host::paths::busybox().expect("busybox-static is a host tool");
         assert!(elf_deps(&busybox).unwrap().is_static());
         assert_eq!(library_closure(&busybox).unwrap(), Vec::<String>::new());
     }

@@ -27,12 +27,12 @@ pub enum ImageError {
     #[error("cannot find the shared libraries of {program}: {reason}")]
     Libraries { program: String, reason: String },
     #[error(transparent)]
-    Lock(#[from] crate::lock::LockError),
+    Lock(#[from] crate::host::lock::LockError),
 }
 
 /// Where the image recipes are: `images/` in the source tree.
 pub fn recipes_dir() -> PathBuf {
-    crate::paths::repo_root().join("images")
+    crate::host::paths::repo_root().join("images")
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ImageError> {
@@ -84,7 +84,7 @@ pub fn build_initramfs(
     let dir = cache_root.join("initramfs");
     let path = dir.join(format!("{sha}.cpio"));
     if !path.exists()
-        && let Some(why) = crate::paths::no_build()
+        && let Some(why) = crate::host::paths::no_build()
     {
         return Err(ImageError::Io {
             path,
@@ -95,13 +95,13 @@ pub fn build_initramfs(
         // One writer per image: another process writing the same one is
         // waited for, and its file used.
         let lock_path = dir.join(format!(".{sha}.lock"));
-        let _lock = crate::lock::lock_or_wait(
+        let _lock = crate::host::lock::lock_or_wait(
             &lock_path,
-            crate::lock::Mode::Exclusive,
+            crate::host::lock::Mode::Exclusive,
             &format!("initramfs {} in the cache", &sha[..12]),
         )?;
         if !path.exists() {
-            crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ImageError::Io {
+            crate::host::fsutil::write_atomic(&path, &bytes).map_err(|source| ImageError::Io {
                 path: path.clone(),
                 source,
             })?;
@@ -171,7 +171,7 @@ pub fn assemble(inputs: &InitramfsInputs) -> Result<Archive, ImageError> {
     }
     a.add_file("etc/testbed/modules", list.into_bytes(), 0o644);
     for program in &inputs.include {
-        let host = crate::hosttools::find_program(program)
+        let host = crate::host::hosttools::find_program(program)
             .ok_or_else(|| ImageError::ProgramMissing(program.clone()))?;
         a.add_file(&format!("usr/bin/{program}"), read(&host)?, 0o755);
         for lib in libs::library_closure(&host).map_err(|e| ImageError::Libraries {
@@ -268,7 +268,7 @@ mod tests {
         let bytes = assemble(&inputs).unwrap().to_bytes();
         let sha = hex::encode(Sha256::digest(&bytes));
         let cache = t.path().join("cache");
-        let holder = crate::lock::test_support::Holder::exclusive(
+        let holder = crate::host::lock::test_support::Holder::exclusive(
             &cache.join("initramfs").join(format!(".{sha}.lock")),
         );
         let (tx, rx) = mpsc::channel();

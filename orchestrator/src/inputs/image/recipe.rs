@@ -137,7 +137,7 @@ impl Recipe {
                 };
                 (
                     Some(field),
-                    Some(crate::fsutil::line_col(&self.source, span.start).0),
+                    Some(crate::host::fsutil::line_col(&self.source, span.start).0),
                 )
             }
             None => (None, None),
@@ -207,12 +207,14 @@ fn valid_package(p: &str) -> bool {
 pub fn parse(name: &str, path: &Path, source: &str) -> Result<Recipe, RecipeError> {
     let at = |span: &Range<usize>, field: String, message: String| RecipeError {
         file: path.to_path_buf(),
-        line: Some(crate::fsutil::line_col(source, span.start).0),
+        line: Some(crate::host::fsutil::line_col(source, span.start).0),
         field: Some(field),
         message,
     };
     let raw: Raw = toml::from_str(source).map_err(|e| {
-        let line = e.span().map(|s| crate::fsutil::line_col(source, s.start).0);
+        let line = e
+            .span()
+            .map(|s| crate::host::fsutil::line_col(source, s.start).0);
         RecipeError {
             file: path.to_path_buf(),
             line,
@@ -388,7 +390,7 @@ check = ["samtools --version"]
 
     #[test]
     fn the_recipes_in_images_load() {
-        let dir = crate::paths::repo_root().join("images");
+        let dir = crate::host::paths::repo_root().join("images");
         let names = list(&dir).unwrap();
         assert!(names.contains(&"bookworm-asam".to_string()), "{names:?}");
         for n in names {

@@ -308,7 +308,7 @@ mod tests {
         let deb = b"!<arch>\npretend package".to_vec();
         let sha = hex::encode(Sha256::digest(&deb));
         let dir = downloads_dir(&cache_root);
-        let holder = crate::lock::test_support::Holder::exclusive(
+        let holder = crate::host::lock::test_support::Holder::exclusive(
             &dir.join(".no-such-package-t_1.0.deb.lock"),
         );
         let (tx, rx) = mpsc::channel();

@@ -137,7 +137,7 @@ pub fn lock_entry(
     key: &str,
     what: &str,
     progress: &dyn Fn(&str),
-) -> Result<crate::lock::Lock, KernelError> {
+) -> Result<crate::host::lock::Lock, KernelError> {
     // Dot-named, so `list` skips it like the staging dirs.
     let path = kernels_dir(cache_root).join(format!(".{key}.lock"));
     lock_file(&path, what, progress)
@@ -149,12 +149,12 @@ pub fn lock_file(
     path: &Path,
     what: &str,
     progress: &dyn Fn(&str),
-) -> Result<crate::lock::Lock, KernelError> {
-    crate::lock::lock(path, crate::lock::Mode::Exclusive, what, &mut |m| {
+) -> Result<crate::host::lock::Lock, KernelError> {
+    crate::host::lock::lock(path, crate::host::lock::Mode::Exclusive, what, &mut |m| {
         progress(m)
     })
     .map_err(|e| match e {
-        crate::lock::LockError::Io { path, source } => KernelError::io(path, source),
+        crate::host::lock::LockError::Io { path, source } => KernelError::io(path, source),
         busy => KernelError::io(path, std::io::Error::other(busy.to_string())),
     })
 }

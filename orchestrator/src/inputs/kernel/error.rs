@@ -37,7 +37,7 @@ pub enum KernelError {
          the pin's sha256; or update the pin in {descriptor}: pick a version from \
          `apt-cache policy {package}` and set `version` and `sha256` (from \
          `apt-cache show {package}=<version> | grep SHA256`).",
-        var = crate::kernel::apt::local_source_var(.package)
+        var = crate::inputs::kernel::apt::local_source_var(.package)
     )]
     PinnedVersionUnavailable {
         package: String,

@@ -106,7 +106,7 @@ pub fn resolve(
 ) -> Result<KernelArtifact, KernelError> {
     let desc = descriptor::load(configs_dir, name)?;
     let artifact = match &desc.kind {
-        Kind::DebianBinary(pin) => crate::phases::time("kernels", || {
+        Kind::DebianBinary(pin) => crate::host::phases::time("kernels", || {
             stock::resolve(&desc, pin, cache_root, progress)
         })?,
         Kind::SourceBuild(sb) => build::build(configs_dir, &desc, sb, cache_root, progress)?,

@@ -299,7 +299,7 @@ mod tests {
             kind: super::super::descriptor::Kind::DebianBinary(pin.clone()),
         };
         let k = key(&pin);
-        let holder = crate::lock::test_support::Holder::exclusive(
+        let holder = crate::host::lock::test_support::Holder::exclusive(
             &cache::kernels_dir(&cache_root).join(format!(".{k}.lock")),
         );
         let (tx, rx) = mpsc::channel();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use testbed_agent::protocol::{self, GuestMsg, HostMsg, ProtocolError};
 
 use super::process::VmProcess;
-use crate::wait::{Until, Waited, poll};
+use crate::host::wait::{Until, Waited, poll};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelError {

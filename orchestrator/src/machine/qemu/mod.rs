@@ -15,5 +15,5 @@ pub fn qemu_binary() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("TESTBED_QEMU") {
         return Some(PathBuf::from(p));
     }
-    crate::hosttools::find_program("qemu-system-x86_64")
+    crate::host::hosttools::find_program("qemu-system-x86_64")
 }

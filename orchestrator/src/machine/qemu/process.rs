@@ -1,5 +1,5 @@
 //! A child the testbed starts (QEMU, or the agent in host mode): spawned
-//! in its own process group and its own cgroup (`crate::cgroup`, where the
+//! in its own process group and its own cgroup (`crate::host::cgroup`, where the
 //! host allows) with the parent-death signal, killed as a group on drop,
 //! on Ctrl-C/SIGTERM, and — should `testbed` itself be SIGKILLed while a
 //! child ignored the signal — by the sweep at the next start
@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use testbed_agent::text::printable_lines;
 
-use crate::cgroup::Cgroup;
-use crate::kernel_limits::{Enforced, Wanted};
-use crate::procfs::start_ticks;
-use crate::wait::{Until, Waited, poll};
+use crate::host::cgroup::Cgroup;
+use crate::host::kernel_limits::{Enforced, Wanted};
+use crate::host::procfs::start_ticks;
+use crate::host::wait::{Until, Waited, poll};
 
 /// How often a wait looks at a process again.
 const POLL: Duration = Duration::from_millis(20);
@@ -79,7 +79,7 @@ impl GroupProcess {
     }
 
     /// `spawn_command` with limits the kernel enforces on the group
-    /// (`crate::kernel_limits`), set up before the process starts.
+    /// (`crate::host::kernel_limits`), set up before the process starts.
     pub fn spawn_command_limited(
         cmd: &mut Command,
         wanted: &Wanted,
@@ -102,7 +102,7 @@ impl GroupProcess {
             Enforced::set_up(
                 wanted,
                 cgroup.as_ref().and_then(|c| c.v2_dir()),
-                &crate::cgroup::owner_name(),
+                &crate::host::cgroup::owner_name(),
                 &group,
             )
         } else {
@@ -259,7 +259,7 @@ pub fn kill_all() {
     for l in live {
         signal_group(l.pid, libc::SIGKILL);
     }
-    crate::cgroup::kill_all();
+    crate::host::cgroup::kill_all();
 }
 
 /// Whether `leader` is still the process it was (not a reused pid).
@@ -272,7 +272,7 @@ fn alive(leader: &Leader) -> bool {
 /// killed. Called as a run starts.
 pub fn sweep_leftovers() -> Vec<String> {
     let mut said = registry::sweep(&registry::dir(), std::process::id());
-    said.extend(crate::cgroup::sweep());
+    said.extend(crate::host::cgroup::sweep());
     said
 }
 
@@ -282,7 +282,7 @@ mod registry {
     use super::*;
 
     pub fn dir() -> PathBuf {
-        crate::paths::cache_root().join("live")
+        crate::host::paths::cache_root().join("live")
     }
 
     fn own_file(dir: &Path) -> PathBuf {
@@ -304,7 +304,7 @@ mod registry {
             .map(|l| format!("{} {}\n", l.pid, l.start_ticks))
             .collect();
         let _ = std::fs::create_dir_all(&dir)
-            .and_then(|()| crate::fsutil::write_atomic(&file, text.as_bytes()));
+            .and_then(|()| crate::host::fsutil::write_atomic(&file, text.as_bytes()));
     }
 
     pub fn sweep(dir: &Path, me: u32) -> Vec<String> {
@@ -338,7 +338,7 @@ mod registry {
                     killed.push(format!(
                         "killed process group {} ({}) left by testbed pid {}, which was killed",
                         leader.pid,
-                        crate::procfs::command_name(leader.pid),
+                        crate::host::procfs::command_name(leader.pid),
                         owner.pid
                     ));
                 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::wait::{Until, Waited, poll};
+use crate::host::wait::{Until, Waited, poll};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QmpError {

@@ -34,11 +34,11 @@ pub struct Experiment {
 }
 
 fn default_noisy_above() -> f64 {
-    crate::noise::DEFAULT_NOISY_ABOVE_PCT
+    crate::machine::noise::DEFAULT_NOISY_ABOVE_PCT
 }
 
 fn is_default_noisy_above(v: &f64) -> bool {
-    *v == crate::noise::DEFAULT_NOISY_ABOVE_PCT
+    *v == crate::machine::noise::DEFAULT_NOISY_ABOVE_PCT
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

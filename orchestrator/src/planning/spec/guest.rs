@@ -43,9 +43,9 @@ pub(super) fn check_image_name(loaded: &LoadedSpec) -> Result<(), SpecError> {
     let Some(name) = &loaded.spec.image.name else {
         return Ok(());
     };
-    crate::image::recipe::load(&crate::image::recipes_dir(), name)
+    crate::inputs::image::recipe::load(&crate::inputs::image::recipes_dir(), name)
         .map_err(|e| loaded.error_at("image", Some("name"), e.to_string()))?;
-    let serial = crate::image::rootfs::SERIAL;
+    let serial = crate::inputs::image::rootfs::SERIAL;
     if let Some(i) = loaded.spec.devices.iter().position(|d| d.name == serial) {
         return Err(loaded.error_at_path(
             &[

@@ -37,9 +37,12 @@ impl Limits {
     /// not for QEMU. CPU time over a point has no
     /// kernel limit that fits (`RLIMIT_CPU` is per process, `cpu.max` a
     /// rate): it stays polled.
-    pub fn for_the_kernel(&self, address_space_fallback: bool) -> crate::kernel_limits::Wanted {
-        use crate::kernel_limits::Limit;
-        crate::kernel_limits::Wanted {
+    pub fn for_the_kernel(
+        &self,
+        address_space_fallback: bool,
+    ) -> crate::host::kernel_limits::Wanted {
+        use crate::host::kernel_limits::Limit;
+        crate::host::kernel_limits::Wanted {
             memory: self.memory.map(|m| Limit {
                 value: m.bytes(),
                 named: format!("limits.memory = \"{m}\""),
@@ -54,7 +57,7 @@ impl Limits {
 
     /// The limit `cost` is over, named as the spec writes it; `None`
     /// within both.
-    pub fn exceeded(&self, cost: &crate::hostcost::HostCost) -> Option<String> {
+    pub fn exceeded(&self, cost: &crate::machine::hostcost::HostCost) -> Option<String> {
         if let (Some(limit), Some(peak)) = (self.memory, cost.peak_rss_mib)
             && peak * 1024.0 * 1024.0 > limit.bytes() as f64
         {

@@ -80,8 +80,8 @@ pub(super) fn toml_error(path: &Path, source: &str, e: &toml::de::Error) -> Spec
     }
 }
 
-// Moved to the host layer (crate::fsutil), where image recipes find it too.
-pub use crate::fsutil::line_col;
+// Moved to the host layer (crate::host::fsutil), where image recipes find it too.
+pub use crate::host::fsutil::line_col;
 
 /// Where `(key, value)` is written: the table header (`[vm]`, `[[devices]]`)
 /// for a table opened by one, else the key.

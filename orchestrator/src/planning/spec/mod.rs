@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use testbed_agent::workload::Workload;
 
-use crate::units::{Size, Span};
+use crate::host::units::{Size, Span};
 
 pub mod device_kinds;
 mod devices;
@@ -81,7 +81,7 @@ fn one() -> u32 {
 }
 
 // Defined with the accelerator probe (machine layer) that decides on it.
-pub use crate::qemu::accel::AccelChoice;
+pub use crate::machine::qemu::accel::AccelChoice;
 
 /// A parsed spec with its source, so later checks can point into the file.
 #[derive(Debug, Clone)]

@@ -45,16 +45,19 @@ pub struct VmSection {
     pub cmdline: Vec<String>,
     /// QEMU's threads on host CPUs: "off", "auto" or a list (qemu::pin).
     #[serde(default, skip_serializing_if = "is_off")]
-    pub pin: crate::qemu::pin::PinSetting,
+    pub pin: crate::machine::qemu::pin::PinSetting,
     /// "wall" (the default) or "instructions": the guest's clock counts
     /// instructions (QEMU icount, TCG only, one vCPU), so the times it
     /// reads are work, the same on every run, not latency.
-    #[serde(default, skip_serializing_if = "crate::qemu::argv::Clock::is_wall")]
-    pub clock: crate::qemu::argv::Clock,
+    #[serde(
+        default,
+        skip_serializing_if = "crate::machine::qemu::argv::Clock::is_wall"
+    )]
+    pub clock: crate::machine::qemu::argv::Clock,
 }
 
-fn is_off(p: &crate::qemu::pin::PinSetting) -> bool {
-    *p == crate::qemu::pin::PinSetting::Off
+fn is_off(p: &crate::machine::qemu::pin::PinSetting) -> bool {
+    *p == crate::machine::qemu::pin::PinSetting::Off
 }
 
 fn default_vcpus() -> u32 {
@@ -84,7 +87,7 @@ pub(super) fn check_vm(loaded: &LoadedSpec) -> Result<(), SpecError> {
     if spec.vm.vcpus == 0 || spec.vm.vcpus > 64 {
         return Err(loaded.error_at("vm", Some("vcpus"), "must be between 1 and 64"));
     }
-    if spec.vm.clock == crate::qemu::argv::Clock::Instructions {
+    if spec.vm.clock == crate::machine::qemu::argv::Clock::Instructions {
         if spec.vm.accel == AccelChoice::Kvm {
             return Err(loaded.error_at(
                 "vm",

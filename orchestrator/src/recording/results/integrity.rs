@@ -157,7 +157,7 @@ fn packed_patch_problems(run: &Path, m: &Manifest) -> Vec<String> {
 
 /// Why the patch at `path` is not the one whose sha256 is `want`.
 pub fn patch_problem(path: &Path, want: &str) -> Option<String> {
-    match crate::fsutil::sha256_file(path) {
+    match crate::host::fsutil::sha256_file(path) {
         Ok((now, _)) if now == want => None,
         Ok((now, _)) => Some(format!(
             "its sha256 is {now}, the manifest records {want} for the patch the run's kernel was built with"

@@ -42,11 +42,11 @@ pub struct PointRecord {
     /// How busy the host was while the point ran (noise.rs); absent in
     /// records written before it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise: Option<crate::noise::HostNoise>,
+    pub noise: Option<crate::machine::noise::HostNoise>,
     /// CPU time and peak memory of the run's processes over the point
     /// (hostcost.rs); absent in records written before it was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_cost: Option<crate::hostcost::HostCost>,
+    pub host_cost: Option<crate::machine::hostcost::HostCost>,
     /// Other attempts at this point by `--rerun-noisy`, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<EarlierMeasurement>,
@@ -119,7 +119,7 @@ pub struct EarlierMeasurement {
     #[serde(default)]
     pub summary: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
-    pub noise: Option<crate::noise::HostNoise>,
+    pub noise: Option<crate::machine::noise::HostNoise>,
 }
 
 impl EarlierMeasurement {
@@ -228,7 +228,7 @@ impl GuestInfo {
 /// One device as the run prepared it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeviceEntry {
-    pub spec: crate::spec::DeviceSpec,
+    pub spec: crate::planning::spec::DeviceSpec,
     #[serde(default)]
     pub backing_files: Vec<std::path::PathBuf>,
     #[serde(default)]
@@ -254,7 +254,7 @@ pub struct BootRecord {
     /// Each QEMU thread (vCPUs by index) with the host CPUs it was pinned
     /// to, or why not. Absent for boots of no VM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pinning: Option<crate::qemu::pin::Pinning>,
+    pub pinning: Option<crate::machine::qemu::pin::Pinning>,
 }
 
 /// The VM a run asked for, as the manifest's spec records it.
@@ -277,19 +277,19 @@ pub struct Manifest {
     /// The spec as parsed (defaults filled in).
     pub spec: serde_json::Value,
     pub executor: String,
-    /// What contained the run's processes (`crate::cgroup`): "cgroup v2
+    /// What contained the run's processes (`crate::host::cgroup`): "cgroup v2
     /// (<dir>)", "cgroup v1 freezer (<dir>)" or "process groups only (why)".
     #[serde(default)]
     pub containment: String,
     /// Content hashes and descriptions of every input: kernel, initramfs, agent.
     #[serde(default)]
     pub inputs: Inputs,
-    pub accel: Option<crate::qemu::accel::AccelDecision>,
+    pub accel: Option<crate::machine::qemu::accel::AccelDecision>,
     /// "TCG: shape-only" etc.
     pub timing_note: String,
     pub qemu_argv: Vec<String>,
     #[serde(default)]
-    pub host: crate::hostinfo::HostInfo,
+    pub host: crate::machine::hostinfo::HostInfo,
     /// From the first boot's hello: uname, cmdline, cpus, memory.
     pub guest: Option<GuestInfo>,
     pub boots: Vec<BootRecord>,
@@ -399,13 +399,13 @@ pub fn write(path: &Path, m: &Manifest) -> Result<(), ManifestError> {
         path: path.to_path_buf(),
         source,
     })?;
-    crate::fsutil::write_atomic(path, &text).map_err(|source| ManifestError::Io {
+    crate::host::fsutil::write_atomic(path, &text).map_err(|source| ManifestError::Io {
         path: path.to_path_buf(),
         source,
     })?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let digest = super::integrity::digest_path(path);
-    crate::fsutil::write_atomic(
+    crate::host::fsutil::write_atomic(
         &digest,
         super::integrity::digest_line(&text, &name).as_bytes(),
     )
@@ -481,7 +481,7 @@ mod tests {
     #[test]
     fn noisy_points_count_those_measured_again_and_still_noisy() {
         use super::{EarlierMeasurement, PointRecord};
-        let noise = |noisy: bool| crate::noise::HostNoise {
+        let noise = |noisy: bool| crate::machine::noise::HostNoise {
             others_pct: if noisy { 40.0 } else { 1.0 },
             steal_pct: 0.0,
             own_pct: 50.0,

@@ -275,7 +275,7 @@ mod tests {
         let child = Command::new(me)
             .args([
                 "--exact",
-                &crate::lock::test_support::unit_test_name(module_path!(), "merge_in_child"),
+                &crate::host::lock::test_support::unit_test_name(module_path!(), "merge_in_child"),
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",

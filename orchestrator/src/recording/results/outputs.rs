@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::sha256_file;
+use crate::host::fsutil::sha256_file;
 
 /// One file the run wrote, relative to its run directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

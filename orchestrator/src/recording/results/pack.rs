@@ -203,7 +203,7 @@ fn pack_run<W: std::io::Write>(
 /// verified (integrity.rs) before it is moved into place: a damaged
 /// archive leaves nothing behind, and no existing directory is replaced.
 pub fn unpack(archive: &Path, into: &Path) -> Result<Vec<PathBuf>, PackError> {
-    crate::fsutil::create_dir(into).map_err(io(into))?;
+    crate::host::fsutil::create_dir(into).map_err(io(into))?;
     let (staging, runs) = extract(archive, into)?;
     let mut targets = Vec::new();
     for run in &runs {
@@ -223,7 +223,7 @@ pub fn unpack(archive: &Path, into: &Path) -> Result<Vec<PathBuf>, PackError> {
     }
     for (run, target) in runs.iter().zip(&targets) {
         if let Some(parent) = target.parent() {
-            crate::fsutil::create_dir(parent).map_err(io(parent))?;
+            crate::host::fsutil::create_dir(parent).map_err(io(parent))?;
         }
         std::fs::rename(run, target).map_err(io(target))?;
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 
 use super::manifest::PointRecord;
-use crate::lock::{self, Lock, LockError, Mode};
+use crate::host::lock::{self, Lock, LockError, Mode};
 
 /// The run directory's lock file: held (exclusive) by the process running
 /// or resuming the run.
@@ -156,7 +156,11 @@ impl RunDir {
 /// A new run id: UTC time plus a short random suffix.
 pub fn new_run_id() -> String {
     let t = super::manifest::utc_now().replace([':', '-'], "");
-    format!("{}-{}", t.trim_end_matches('Z'), &crate::random::hex(2))
+    format!(
+        "{}-{}",
+        t.trim_end_matches('Z'),
+        &crate::host::random::hex(2)
+    )
 }
 
 pub fn is_empty_dir(p: &Path) -> bool {

@@ -21,7 +21,7 @@ use testbed_agent::protocol::SampleChunk;
 
 use super::columns;
 use super::spill::SpillFile;
-use crate::plan::Point;
+use crate::planning::plan::Point;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SamplesError {

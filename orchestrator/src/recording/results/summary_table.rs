@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn each_row_carries_its_points_host_noise() {
         let mut quiet = record(0, 3, serde_json::json!({"a": 1.0, "b": 2.0}));
-        quiet.noise = Some(crate::noise::HostNoise {
+        quiet.noise = Some(crate::machine::noise::HostNoise {
             others_pct: 1.5,
             steal_pct: 0.0,
             own_pct: 95.0,

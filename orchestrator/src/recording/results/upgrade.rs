@@ -121,7 +121,7 @@ pub fn upgrade(dir: &Path) -> Result<Outcome, UpgradeError> {
     for rec in &m.points {
         let text =
             serde_json::to_vec_pretty(rec).map_err(|e| file(&rd.point_record(&rec.id), e))?;
-        crate::fsutil::write_atomic(&rd.point_record(&rec.id), &text)
+        crate::host::fsutil::write_atomic(&rd.point_record(&rec.id), &text)
             .map_err(|e| file(&rd.point_record(&rec.id), e))?;
     }
     manifest::write(&mpath, &m).map_err(|e| file(&mpath, e))?;
@@ -147,10 +147,10 @@ fn keep(path: &Path, dir: &Path) -> Result<(), UpgradeError> {
 /// current testbed cannot read leaves the records without it (the
 /// columns then hold only the sweep axes).
 fn resolve_workloads(rd: &RunDir) -> BTreeMap<String, serde_json::Value> {
-    let Ok(loaded) = crate::spec::load(&rd.spec_copy()) else {
+    let Ok(loaded) = crate::planning::spec::load(&rd.spec_copy()) else {
         return BTreeMap::new();
     };
-    let Ok(plan) = crate::plan::plan(&loaded) else {
+    let Ok(plan) = crate::planning::plan::plan(&loaded) else {
         return BTreeMap::new();
     };
     plan.points

@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::*;
-use crate::devices::fake::{FakeHost, FakeKernel, PCI, state_dir};
-use crate::devices::tests::passthrough_spec;
+use crate::execution::devices::fake::{FakeHost, FakeKernel, PCI, state_dir};
+use crate::execution::devices::tests::passthrough_spec;
 
 fn w(file: &str, value: &str) -> SysWrite {
     SysWrite::new(file, value)
@@ -36,8 +36,9 @@ fn writes(list: &[(&str, &str)]) -> Vec<SysWrite> {
 }
 
 fn prepared(f: &FakeHost) -> Vec<PreparedDevice> {
-    let (p, _) = crate::devices::check_passthrough(&passthrough_spec("fast", PCI, true), &f.host)
-        .expect("the good fake controller passes the checks");
+    let (p, _) =
+        crate::execution::devices::check_passthrough(&passthrough_spec("fast", PCI, true), &f.host)
+            .expect("the good fake controller passes the checks");
     vec![p]
 }
 
@@ -52,7 +53,7 @@ fn bind_with(
         .iter()
         .map(|s| PreparedDevice {
             spec: s.clone(),
-            qemu: crate::qemu::argv::QemuDevice::Vfio { host: PCI.into() },
+            qemu: crate::machine::qemu::argv::QemuDevice::Vfio { host: PCI.into() },
             files: vec![],
             host_direct: true,
             note: None,
@@ -71,10 +72,11 @@ fn bind_with(
 /// The checks (as prepare runs them) and the bind (which checks again):
 /// both refuse, with `fragment` in the reason, and nothing is written.
 fn assert_refused(f: &FakeHost, fragment: &str) {
-    let e = crate::devices::check_passthrough(&passthrough_spec("fast", PCI, true), &f.host)
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
+    let e =
+        crate::execution::devices::check_passthrough(&passthrough_spec("fast", PCI, true), &f.host)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
     assert!(
         e.starts_with("device \"fast\": passthrough of 0000:01:00.0 refused: "),
         "{e}"
@@ -177,7 +179,8 @@ fn refuses_a_shared_iommu_group_but_allows_bridges_and_stubs() {
     f.controller("0000:01:00.2", "0x0c0330", Some("pci-stub"), Some("1"));
     f.controller("0000:01:00.3", "0x0c0330", None, Some("1"));
     let (_, c) =
-        crate::devices::check_passthrough(&passthrough_spec("fast", PCI, true), &f.host).unwrap();
+        crate::execution::devices::check_passthrough(&passthrough_spec("fast", PCI, true), &f.host)
+            .unwrap();
     assert_eq!(
         c.group_peers,
         [
@@ -376,7 +379,7 @@ fn passthrough_needs_kvm() {
     let f = FakeHost::good();
     let p = prepared(&f);
     let tcg = AccelDecision {
-        requested: crate::spec::AccelChoice::Auto,
+        requested: crate::planning::spec::AccelChoice::Auto,
         used: Accel::Tcg,
         reasons: vec![
             "/dev/kvm does not open: No such file".into(),

@@ -9,9 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::RootfsError;
-use crate::image::recipe::Recipe;
-use crate::qemu::process::{GroupProcess, tail_lines};
-use crate::wait::{Until, Waited, poll};
+use crate::host::wait::{Until, Waited, poll};
+use crate::inputs::image::recipe::Recipe;
+use crate::machine::qemu::process::{GroupProcess, tail_lines};
 
 /// Files the guest never reads; leaving them out makes the image smaller.
 const EXCLUDED: [&str; 4] = [

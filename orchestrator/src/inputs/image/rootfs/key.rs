@@ -13,7 +13,7 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use super::RootfsError;
-use crate::image::recipe::Recipe;
+use crate::inputs::image::recipe::Recipe;
 
 /// Bumped when the build itself changes (flags, file system layout), so
 /// images of the old build are not taken for new ones.
@@ -122,8 +122,8 @@ mod tests {
 
     #[test]
     fn this_hosts_apt_resolves_a_real_recipe() {
-        let dir = crate::paths::repo_root().join("images");
-        let r = crate::image::recipe::load(&dir, "test-tiny").unwrap();
+        let dir = crate::host::paths::repo_root().join("images");
+        let r = crate::inputs::image::recipe::load(&dir, "test-tiny").unwrap();
         let c = resolve_candidates(&r).unwrap();
         assert!(c["samtools"].starts_with("1."), "{c:?}");
         let mut bad = r.clone();

@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::recipe::{Recipe, RecipeError};
-use crate::lock::LockError;
+use crate::host::lock::LockError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RootfsError {
@@ -151,7 +151,7 @@ pub fn ensure(
     say: &mut dyn FnMut(&str),
 ) -> Result<BuiltRootfs, RootfsError> {
     let dir = cache_dir(cache_root);
-    if let Some(why) = crate::paths::no_build() {
+    if let Some(why) = crate::host::paths::no_build() {
         return lookup_by_recipe(recipe, cache_root).ok_or_else(|| RootfsError::NotBuilt {
             name: recipe.name.clone(),
             recipe: recipe.sha256()[..12].to_string(),
@@ -164,12 +164,12 @@ pub fn ensure(
     if let Some(b) = cached(&dir, &key) {
         return Ok(b);
     }
-    crate::fsutil::create_dir(&dir).map_err(io(&dir))?;
+    crate::host::fsutil::create_dir(&dir).map_err(io(&dir))?;
     // One builder per image: another process building it is waited for,
     // and its image used.
-    let _lock = crate::lock::lock(
+    let _lock = crate::host::lock::lock(
         &dir.join(format!(".{key}.lock")),
-        crate::lock::Mode::Exclusive,
+        crate::host::lock::Mode::Exclusive,
         &format!("image {} ({}) in the cache", recipe.name, &key[..12]),
         say,
     )?;
@@ -180,7 +180,7 @@ pub fn ensure(
         return Err(RootfsError::NotRoot(recipe.name.clone()));
     }
     // Named in one line before a build of minutes, not after it.
-    crate::hosttools::preflight(&["image"]).map_err(|e| RootfsError::Tool {
+    crate::host::hosttools::preflight(&["image"]).map_err(|e| RootfsError::Tool {
         program: "preflight".into(),
         reason: e.to_string(),
     })?;
@@ -232,7 +232,7 @@ fn build_locked(
     let installed = build::installed_packages(&root)?;
     // Where the agent puts its helper binaries in the guest.
     let opt = root.join("opt/testbed/bin");
-    crate::fsutil::create_dir(&opt).map_err(io(&opt))?;
+    crate::host::fsutil::create_dir(&opt).map_err(io(&opt))?;
     say(&format!(
         "image {}: {} packages installed; making the ext4 image",
         recipe.name,
@@ -254,7 +254,7 @@ fn build_locked(
     };
     let sidecar = sidecar_path(dir, key);
     let json = serde_json::to_vec_pretty(&info).unwrap_or_default();
-    crate::fsutil::write_atomic(&sidecar, &json).map_err(io(&sidecar))?;
+    crate::host::fsutil::write_atomic(&sidecar, &json).map_err(io(&sidecar))?;
     std::fs::set_permissions(&sidecar, std::fs::Permissions::from_mode(0o644))
         .map_err(io(&sidecar))?;
     std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o444))
@@ -332,7 +332,8 @@ mod tests {
     use super::*;
 
     fn tiny() -> Recipe {
-        super::super::recipe::load(&crate::paths::repo_root().join("images"), "test-tiny").unwrap()
+        super::super::recipe::load(&crate::host::paths::repo_root().join("images"), "test-tiny")
+            .unwrap()
     }
 
     #[test]
@@ -347,7 +348,7 @@ mod tests {
         let dir = cache_dir(t.path());
         std::fs::create_dir_all(&dir).unwrap();
         let holder =
-            crate::lock::test_support::Holder::exclusive(&dir.join(format!(".{key}.lock")));
+            crate::host::lock::test_support::Holder::exclusive(&dir.join(format!(".{key}.lock")));
         let (tx, rx) = mpsc::channel();
         let (r2, c2) = (recipe.clone(), t.path().to_path_buf());
         let worker = std::thread::spawn(move || {

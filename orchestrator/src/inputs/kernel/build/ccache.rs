@@ -14,7 +14,7 @@ pub fn dir(cache_root: &Path) -> PathBuf {
 /// `ccache`, if present (`./x setup` installs it; without it the build
 /// runs as before, uncached).
 fn program() -> Option<PathBuf> {
-    crate::hosttools::find_program("ccache")
+    crate::host::hosttools::find_program("ccache")
 }
 
 /// Makes `make` compile through ccache: `CC="ccache gcc"` and the cache's

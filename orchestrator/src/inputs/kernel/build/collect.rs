@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 use super::{KTree, run};
-use crate::kernel::KernelError;
-use crate::kernel::cache::{BUILTIN_LIST, BZIMAGE};
+use crate::inputs::kernel::KernelError;
+use crate::inputs::kernel::cache::{BUILTIN_LIST, BZIMAGE};
 
 pub fn collect(
     tree: &KTree,

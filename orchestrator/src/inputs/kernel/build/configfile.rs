@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::kernel::KernelError;
+use crate::inputs::kernel::KernelError;
 
 /// One requested setting and where it was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

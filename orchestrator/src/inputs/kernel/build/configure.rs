@@ -7,7 +7,7 @@ use super::check;
 use super::configfile::{self, Request};
 use super::kconfig::Kconfig;
 use super::{KTree, run};
-use crate::kernel::KernelError;
+use crate::inputs::kernel::KernelError;
 
 /// Requests of all fragments, later ones overriding earlier ones.
 pub fn requests(fragments: &[PathBuf]) -> Result<Vec<Request>, KernelError> {

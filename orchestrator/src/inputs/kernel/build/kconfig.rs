@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::kernel::KernelError;
+use crate::inputs::kernel::KernelError;
 
 /// One `config`/`menuconfig` definition of a symbol (a symbol can have several).
 #[derive(Debug, Clone, Default)]

@@ -6,9 +6,9 @@ use std::process::Command;
 use super::patches;
 use super::run::capture;
 use super::tree::{self, TreeId};
-use crate::kernel::KernelError;
-use crate::kernel::descriptor::{Descriptor, Source, SourceBuild};
-use crate::kernel::hashing::KeyHasher;
+use crate::inputs::kernel::KernelError;
+use crate::inputs::kernel::descriptor::{Descriptor, Source, SourceBuild};
+use crate::inputs::kernel::hashing::KeyHasher;
 
 /// Bump when the artefact layout or build procedure changes.
 const LAYOUT: &str = "source-build-v1";
@@ -228,10 +228,12 @@ mod tests {
         std::fs::create_dir_all(&ci).unwrap();
         std::fs::write(ci.join("mine.toml"), text).unwrap();
         let key = || {
-            let d =
-                crate::kernel::descriptor::load(&configs, ci.join("mine.toml").to_str().unwrap())
-                    .unwrap();
-            let crate::kernel::descriptor::Kind::SourceBuild(sb) = &d.kind else {
+            let d = crate::inputs::kernel::descriptor::load(
+                &configs,
+                ci.join("mine.toml").to_str().unwrap(),
+            )
+            .unwrap();
+            let crate::inputs::kernel::descriptor::Kind::SourceBuild(sb) = &d.kind else {
                 panic!("not a source build")
             };
             compute(&configs, &d, sb).unwrap()

@@ -78,7 +78,7 @@ pub fn failed_earlier(
     sb: &SourceBuild,
 ) -> Result<Option<String>, KernelError> {
     let k = key::compute(configs_dir, desc, sb)?;
-    Ok(crate::failures::recall(&subject(&desc.name, &k.key)))
+    Ok(crate::host::failures::recall(&subject(&desc.name, &k.key)))
 }
 
 pub fn build(
@@ -95,18 +95,18 @@ pub fn build(
     // A failure is paid for once: the next spec that needs this kernel
     // fails at once with the first attempt's reason.
     let subject = subject(&desc.name, &k.key);
-    if let Some(reason) = crate::failures::recall(&subject) {
+    if let Some(reason) = crate::host::failures::recall(&subject) {
         return Err(KernelError::FailedEarlier {
             name: desc.name.clone(),
             reason,
         });
     }
-    let result = crate::phases::time("kernels", || {
+    let result = crate::host::phases::time("kernels", || {
         preflight(&sb.source)?;
         build_uncached(configs_dir, desc, sb, &k, cache_root, progress)
     });
     if let Err(e) = &result {
-        crate::failures::remember(&subject, &e.to_string());
+        crate::host::failures::remember(&subject, &e.to_string());
     }
     result
 }
@@ -114,16 +114,16 @@ pub fn build(
 /// Every tool a kernel build needs must be present; a local tree needs no
 /// Debian kernel source package.
 fn preflight(source: &Source) -> Result<(), KernelError> {
-    preflight_with(source, &|t| crate::hosttools::locate(t).is_ok())
+    preflight_with(source, &|t| crate::host::hosttools::locate(t).is_ok())
 }
 
 fn preflight_with(source: &Source, present: &dyn Fn(&str) -> bool) -> Result<(), KernelError> {
     let missing = |e: &dyn std::fmt::Display| KernelError::ToolsMissing(e.to_string());
-    let mut table = crate::hosttools::table().map_err(|e| missing(&e))?;
+    let mut table = crate::host::hosttools::table().map_err(|e| missing(&e))?;
     if matches!(source, Source::Tree(_)) {
         table.retain(|t| !t.package.starts_with("linux-source-"));
     }
-    crate::hosttools::check_with(&table, &["kernel-build"], present).map_err(|e| missing(&e))
+    crate::host::hosttools::check_with(&table, &["kernel-build"], present).map_err(|e| missing(&e))
 }
 
 /// Marks a work tree that is unpacked, patched and configured for its key.
@@ -213,7 +213,7 @@ fn build_uncached(
     // the patches that produced it.
     if !k.patches.is_empty() {
         let kept = staging.dir.join("patches");
-        crate::fsutil::create_dir(&kept).map_err(|e| KernelError::io(&kept, e))?;
+        crate::host::fsutil::create_dir(&kept).map_err(|e| KernelError::io(&kept, e))?;
         for (p, name) in k.patches.iter().zip(&patch_names) {
             std::fs::copy(p, kept.join(name)).map_err(|e| KernelError::io(p, e))?;
         }
@@ -491,7 +491,7 @@ mod tests {
             written: "/l".into(),
         });
         assert!(preflight_with(&tree, &no_source).is_ok());
-        let package = Source::Package(crate::kernel::descriptor::SourcePin {
+        let package = Source::Package(crate::inputs::kernel::descriptor::SourcePin {
             package: "linux-source-6.1".into(),
             version: "1".into(),
             deb_sha256: String::new(),

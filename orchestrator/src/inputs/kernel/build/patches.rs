@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::kernel::KernelError;
+use crate::inputs::kernel::KernelError;
 
 pub const SERIES_FILE: &str = "series";
 

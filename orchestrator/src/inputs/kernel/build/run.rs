@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::kernel::KernelError;
-use crate::qemu::process::GroupProcess;
+use crate::inputs::kernel::KernelError;
+use crate::machine::qemu::process::GroupProcess;
 
 const TAIL_LINES: usize = 40;
 
@@ -32,7 +32,7 @@ pub fn run(
     let interrupted = || KernelError::Interrupted {
         command: shown.clone(),
     };
-    if crate::interrupt::interrupted() {
+    if crate::host::interrupt::interrupted() {
         return Err(interrupted());
     }
     // A group of its own that dies with us and that the signal handler's
@@ -45,7 +45,7 @@ pub fn run(
     )
     .map_err(|e| tool_error(cmd, e))?;
     // A signal between the check above and the spawn found no group to kill.
-    if crate::interrupt::interrupted() {
+    if crate::host::interrupt::interrupted() {
         group.kill();
         return Err(interrupted());
     }

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::run;
-use crate::kernel::KernelError;
-use crate::kernel::apt::{self, Pin};
-use crate::kernel::cache::downloads_dir;
-use crate::kernel::deb::{self, Extract};
-use crate::kernel::descriptor::{Descriptor, SourcePin};
-use crate::kernel::hashing::sha256_file;
+use crate::inputs::kernel::KernelError;
+use crate::inputs::kernel::apt::{self, Pin};
+use crate::inputs::kernel::cache::downloads_dir;
+use crate::inputs::kernel::deb::{self, Extract};
+use crate::inputs::kernel::descriptor::{Descriptor, SourcePin};
+use crate::inputs::kernel::hashing::sha256_file;
 
 /// A verified tarball for `pin`.
 pub fn tarball(
@@ -61,7 +61,7 @@ pub fn tarball(
     let cached = downloads_dir(cache_root).join(&cached_name);
     // The tarball is extracted in place, shared by every build of this
     // source: one process extracts it while the others wait, then use it.
-    let _lock = crate::kernel::cache::lock_file(
+    let _lock = crate::inputs::kernel::cache::lock_file(
         &downloads_dir(cache_root).join(format!(".{cached_name}.lock")),
         &format!("the extracted {} source", pin.package),
         progress,
@@ -153,7 +153,7 @@ pub fn unpack(tarball: &Path, work: &Path, log: &Path) -> Result<PathBuf, Kernel
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::descriptor::Kind;
+    use crate::inputs::kernel::descriptor::Kind;
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -182,14 +182,14 @@ mod tests {
             path: t.path().join("t.toml"),
             text: String::new(),
             modules: vec![],
-            kind: Kind::DebianBinary(crate::kernel::descriptor::PackagePin {
+            kind: Kind::DebianBinary(crate::inputs::kernel::descriptor::PackagePin {
                 name: String::new(),
                 version: String::new(),
                 sha256: String::new(),
             }),
         };
         let cached = downloads_dir(&cache_root).join("linux-source-t_1.0_linux-source-t.tar.xz");
-        let holder = crate::lock::test_support::Holder::exclusive(
+        let holder = crate::host::lock::test_support::Holder::exclusive(
             &downloads_dir(&cache_root).join(".linux-source-t_1.0_linux-source-t.tar.xz.lock"),
         );
         let (tx, rx) = mpsc::channel();

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use crate::kernel::KernelError;
-use crate::kernel::descriptor::{Descriptor, TreePin};
-use crate::kernel::hashing::{self, KeyHasher};
+use crate::inputs::kernel::KernelError;
+use crate::inputs::kernel::descriptor::{Descriptor, TreePin};
+use crate::inputs::kernel::hashing::{self, KeyHasher};
 
 /// What identified a tree when its key was computed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub fn in_tree_build_state(src: &Path) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::descriptor;
+    use crate::inputs::kernel::descriptor;
 
     const MAKEFILE: &str =
         "# SPDX-License-Identifier: GPL-2.0\nVERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 0\n";

@@ -18,8 +18,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Backend, DeviceSpec, ExecutorKind};
-use crate::image::kernel_needs::Need;
-use crate::qemu::argv::{Backing, QemuDevice};
+use crate::inputs::image::kernel_needs::Need;
+use crate::machine::qemu::argv::{Backing, QemuDevice};
 
 /// A spec field of a device that a check refused, and why.
 pub type FieldError = (&'static str, String);

@@ -2,9 +2,9 @@
 //! namespaces, each backed by a file or null-co.
 
 use super::{FieldError, KindDef, Origin, check_emulated};
-use crate::image::kernel_needs::Need;
-use crate::qemu::argv::{Backing, QemuDevice};
-use crate::spec::{DeviceSpec, ExecutorKind};
+use crate::inputs::image::kernel_needs::Need;
+use crate::machine::qemu::argv::{Backing, QemuDevice};
+use crate::planning::spec::{DeviceSpec, ExecutorKind};
 
 pub struct Nvme;
 

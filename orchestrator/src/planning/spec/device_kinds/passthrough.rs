@@ -6,9 +6,9 @@
 
 use super::nvme::NVME_DRIVER;
 use super::{FieldError, KindDef, Origin, check_host_pci, check_one_namespace};
-use crate::image::kernel_needs::Need;
-use crate::qemu::argv::{Backing, QemuDevice};
-use crate::spec::{DeviceSpec, ExecutorKind};
+use crate::inputs::image::kernel_needs::Need;
+use crate::machine::qemu::argv::{Backing, QemuDevice};
+use crate::planning::spec::{DeviceSpec, ExecutorKind};
 
 pub struct Vfio;
 

@@ -1,9 +1,9 @@
 //! A virtio-blk disk (`virtio-blk-pci`), backed by a file or null-co.
 
 use super::{FieldError, KindDef, Origin, check_emulated, check_one_namespace, single_backing};
-use crate::image::kernel_needs::Need;
-use crate::qemu::argv::{Backing, QemuDevice};
-use crate::spec::{DeviceSpec, ExecutorKind};
+use crate::inputs::image::kernel_needs::Need;
+use crate::machine::qemu::argv::{Backing, QemuDevice};
+use crate::planning::spec::{DeviceSpec, ExecutorKind};
 
 pub struct VirtioBlk;
 

@@ -6,9 +6,9 @@
 //! and its test are the whole kind.
 
 use super::{FieldError, KindDef, Origin, check_emulated, check_one_namespace, single_backing};
-use crate::image::kernel_needs::Need;
-use crate::qemu::argv::{Backing, QemuDevice};
-use crate::spec::{DeviceSpec, ExecutorKind};
+use crate::inputs::image::kernel_needs::Need;
+use crate::machine::qemu::argv::{Backing, QemuDevice};
+use crate::planning::spec::{DeviceSpec, ExecutorKind};
 
 pub struct VirtioScsi;
 
@@ -61,8 +61,8 @@ impl KindDef for VirtioScsi {
 
 #[cfg(test)]
 mod tests {
-    use crate::qemu::argv::{Backing, VmConfig, build_argv};
-    use crate::spec::DeviceSpec;
+    use crate::machine::qemu::argv::{Backing, VmConfig, build_argv};
+    use crate::planning::spec::DeviceSpec;
 
     fn device(toml_text: &str) -> DeviceSpec {
         toml::from_str(toml_text).unwrap()
@@ -82,7 +82,7 @@ mod tests {
         );
         let c = VmConfig {
             qemu: "qemu-system-x86_64".into(),
-            accel: crate::qemu::argv::Accel::Tcg,
+            accel: crate::machine::qemu::argv::Accel::Tcg,
             vcpus: 1,
             memory_mib: 512,
             kernel: "/k".into(),
@@ -109,10 +109,10 @@ mod tests {
     #[test]
     fn namespaces_and_a_pci_address_are_refused() {
         let d = device("name = \"d\"\nkind = \"virtio-scsi\"\nsize = \"64M\"\nnamespaces = 2\n");
-        let e = d.kind.def().check(&d, crate::spec::ExecutorKind::Qemu).unwrap_err();
+        let e = d.kind.def().check(&d, crate::planning::spec::ExecutorKind::Qemu).unwrap_err();
         assert_eq!(e.0, "namespaces");
         let d = device("name = \"d\"\nkind = \"virtio-scsi\"\nsize = \"64M\"\npci = \"0000:01:00.0\"\n");
-        let e = d.kind.def().check(&d, crate::spec::ExecutorKind::Qemu).unwrap_err();
+        let e = d.kind.def().check(&d, crate::planning::spec::ExecutorKind::Qemu).unwrap_err();
         assert_eq!(e.0, "pci");
     }
 }
