@@ -6,27 +6,18 @@
 //! "Adding a lookup engine"); the runner, the cross-check and the reports
 //! know engines through these alone.
 
-use rand_chacha::ChaCha8Rng;
-
 use super::engine_hook::{HookEngine, HookMode};
 use super::engine_hook_uring::HookUringEngine;
 use super::engine_read::ReadEngine;
 use super::engine_uring::{UringEngine, UringOptions};
-use super::lookup::Plan;
+use super::lookup::{Lookups, Plan};
 use super::params::Engine;
-use super::recorder::Recorder;
 use crate::workload::WorkloadError;
 
 pub trait LookupEngine {
     /// Runs `n` lookups (back to back, or up to its batch in flight), each
     /// verified against its key and recorded in `rec`.
-    fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError>;
+    fn run(&mut self, job: Lookups<'_>) -> Result<(), WorkloadError>;
 
     /// A kernel thread that works for this engine outside its lookup
     /// threads (the SQPOLL poller), whose CPU time is the engine's too.

@@ -14,8 +14,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::layout::{VALUE_SIZE, value_bytes};
 use super::engine::LookupEngine;
-use super::lookup::{Plan, TreePlan};
-use super::recorder::{Recorder, ns_since};
+use super::lookup::{Lookups, Plan, TreePlan};
+use super::recorder::ns_since;
 use super::synthetic::Chain;
 use super::target::{Target, direct_buf};
 use crate::bpf::abi::{
@@ -261,13 +261,8 @@ impl LookupEngine for HookEngine {
     }
 
     /// Runs `n` lookups back to back.
-    fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError> {
+    fn run(&mut self, job: Lookups<'_>) -> Result<(), WorkloadError> {
+        let Lookups { plan, rng, n, rec } = job;
         let seed = tree_seed(plan);
         for _ in 0..n {
             let mut job = begin(plan, rng);

@@ -11,7 +11,7 @@ use super::engine_hook::{
     ChainJob, HookMode, begin, load_program, read_size, syscall_error, tree_seed,
 };
 use super::engine::LookupEngine;
-use super::lookup::Plan;
+use super::lookup::{Lookups, Plan};
 use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
 use super::recorder::{Recorder, ns_since};
 use super::target::{Target, direct_buf};
@@ -79,15 +79,9 @@ impl LookupEngine for HookUringEngine {
     }
 
     /// Runs `n` lookups, at most `batch` in flight.
-    fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError> {
+    fn run(&mut self, job: Lookups<'_>) -> Result<(), WorkloadError> {
         let slots = self.slots.len();
-        run_closed_loop(self, slots, plan, rng, n, rec)
+        run_closed_loop(self, slots, job)
     }
 }
 

@@ -4,11 +4,9 @@
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
-use rand_chacha::ChaCha8Rng;
-
 use super::engine::LookupEngine;
-use super::lookup::{MAX_HOPS, Plan};
-use super::recorder::{Recorder, ns_since};
+use super::lookup::{Lookups, MAX_HOPS, Plan};
+use super::recorder::ns_since;
 use super::target::{Target, direct_buf};
 use crate::workload::WorkloadError;
 use crate::workload::randread::AlignedBuf;
@@ -30,13 +28,8 @@ impl ReadEngine {
 
 impl LookupEngine for ReadEngine {
     /// Runs `n` lookups back to back.
-    fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError> {
+    fn run(&mut self, job: Lookups<'_>) -> Result<(), WorkloadError> {
+        let Lookups { plan, rng, n, rec } = job;
         let hops = plan.ios_per_lookup() as usize;
         let mut hop_ns = [0u64; MAX_HOPS];
         for _ in 0..n {

@@ -11,7 +11,7 @@ use io_uring::{opcode, squeue, types};
 use rand_chacha::ChaCha8Rng;
 
 use super::engine::LookupEngine;
-use super::lookup::{Lookup, MAX_HOPS, Plan};
+use super::lookup::{Lookup, Lookups, MAX_HOPS, Plan};
 use super::lookup_ring::{LookupRing, SlotEngine, run_closed_loop};
 use super::nvme_passthru::{Namespace, check_completion};
 use super::recorder::{Recorder, ns_since};
@@ -141,15 +141,9 @@ impl LookupEngine for UringEngine {
     }
 
     /// Runs `n` lookups, at most `batch` in flight.
-    fn run(
-        &mut self,
-        plan: &Plan,
-        rng: &mut ChaCha8Rng,
-        n: u64,
-        rec: &mut Recorder,
-    ) -> Result<(), WorkloadError> {
+    fn run(&mut self, job: Lookups<'_>) -> Result<(), WorkloadError> {
         let slots = self.slots.len();
-        run_closed_loop(self, slots, plan, rng, n, rec)
+        run_closed_loop(self, slots, job)
     }
 }
 

@@ -10,6 +10,7 @@ use super::params::Engine;
 use super::recorder::Recorder;
 use super::report::key;
 use super::engine;
+use super::lookup::Lookups;
 use super::runner::{RunConfig, ThreadOutcome};
 use crate::workload::{Summary, WorkloadError};
 
@@ -25,7 +26,12 @@ pub fn cross_check(cfg: &RunConfig, n: u64, summary: &mut Summary) -> Result<(),
         let mut inst = engine::open(engine, cfg.path, cfg.plan, cfg.uring)?;
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ CROSS_SEED);
         let mut rec = Recorder::new(hops, u64::MAX)?;
-        inst.run(cfg.plan, &mut rng, n, &mut rec).map_err(|e| {
+        inst.run(Lookups {
+            plan: cfg.plan,
+            rng: &mut rng,
+            n,
+            rec: &mut rec,
+        }).map_err(|e| {
             WorkloadError::Other(format!("cross-check, engine {}: {e}", engine.name()))
         })?;
         summary.insert(

@@ -6,8 +6,18 @@
 use rand::Rng;
 
 use super::layout::{Layout, MAX_DEPTH, NODE_INNER, NODE_LEAF, NodeRef, VALUE_SIZE, value_bytes};
+use super::recorder::Recorder;
 use super::synthetic::Chain;
 use crate::workload::WorkloadError;
+
+/// The lookups one engine run does: `n` keys (or chains) drawn from `rng`
+/// by `plan`, each verified and recorded in `rec`.
+pub struct Lookups<'a> {
+    pub plan: &'a Plan,
+    pub rng: &'a mut rand_chacha::ChaCha8Rng,
+    pub n: u64,
+    pub rec: &'a mut Recorder,
+}
 
 /// Most I/Os one lookup can issue (tree depth 10 plus the value).
 pub const MAX_HOPS: usize = MAX_DEPTH as usize + 1;

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::bpf::ring::{Ring, Sqe};
 
-use super::lookup::Plan;
+use super::lookup::{Lookups, Plan};
 use super::recorder::Recorder;
 use crate::workload::WorkloadError;
 
@@ -235,11 +235,9 @@ pub trait SlotEngine {
 pub fn run_closed_loop<E: SlotEngine>(
     engine: &mut E,
     slots: usize,
-    plan: &Plan,
-    rng: &mut ChaCha8Rng,
-    n: u64,
-    rec: &mut Recorder,
+    job: Lookups<'_>,
 ) -> Result<(), WorkloadError> {
+    let Lookups { plan, rng, n, rec } = job;
     let width = (slots as u64).min(n) as usize;
     let mut started = 0u64;
     let mut inflight = 0usize;

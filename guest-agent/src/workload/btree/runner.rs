@@ -16,7 +16,7 @@ use super::bio_count::BioCounter;
 use super::cpu::{CpuTimes, GuestCpu, other_thread_cpu, thread_cpu};
 use super::engine;
 use super::engine_uring::UringOptions;
-use super::lookup::Plan;
+use super::lookup::{Lookups, Plan};
 use super::params::Engine;
 use super::recorder::Recorder;
 use crate::workload::WorkloadError;
@@ -241,7 +241,12 @@ fn thread_main(
                 let (inst, tally) = (&mut instances[engine], &mut tallies[engine]);
                 let cpu0 = thread_cpu();
                 let t0 = Instant::now();
-                let r = inst.run(cfg.plan, &mut rng, lookups, &mut tally.rec);
+                let r = inst.run(Lookups {
+                    plan: cfg.plan,
+                    rng: &mut rng,
+                    n: lookups,
+                    rec: &mut tally.rec,
+                });
                 spans[i] = Some((t0, Instant::now()));
                 tally.cpu.add(thread_cpu().since(cpu0));
                 tally.kernel_hops += inst.take_kernel_hops();
@@ -249,7 +254,12 @@ fn thread_main(
             }
             Block::Warmup { engine, lookups } => {
                 Recorder::new(hops, u64::MAX).and_then(|mut scratch| {
-                    let r = instances[engine].run(cfg.plan, &mut rng, lookups, &mut scratch);
+                    let r = instances[engine].run(Lookups {
+                        plan: cfg.plan,
+                        rng: &mut rng,
+                        n: lookups,
+                        rec: &mut scratch,
+                    });
                     instances[engine].take_kernel_hops();
                     r
                 })
