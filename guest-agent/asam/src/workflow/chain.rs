@@ -249,7 +249,10 @@ mod tests {
         assert_eq!(t.ends.len(), 3);
         // The sorter outlives the writer by its sleep.
         assert!(t.ends[1] - t.ends[0] >= 0.25, "{t:?}");
-        assert!(t.ends[2] >= t.ends[1], "{t:?}");
+        // The last reader sees end of file only when the sorter's sleep
+        // closes the pipe; which of the two exits is reaped first is the
+        // kernel's race (0.312 s vs 0.317 s, once), so no order between them.
+        assert!(t.ends[2] - t.ends[0] >= 0.25, "{t:?}");
         // The output file is new: a second run does not overwrite it.
         assert!(run(&[sh("true")], Some(&out), origin, Duration::from_secs(5)).is_err());
     }
